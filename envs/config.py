@@ -1,0 +1,150 @@
+"""EnvConfig: what a registered environment provides, and the generic group builder.
+
+An environment package registers one :class:`EnvConfig` subclass under the
+``agentenvs.envs`` entry-point group. The config is a pydantic model (unknown keys
+are rejected with a clear message), knows how many tasks it has, and makes one
+:class:`TextEnv` per episode. Everything else (rendering, limits, groups,
+datasets, the gymnasium wrapper, the CLI) is shared.
+
+Modules that define configs must import heavy dependencies lazily: the registry
+imports every registered config to list environments and register gym ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentenvs.envs.rendered import Limits, RenderedEnv
+from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
+from agentenvs.envs.text import TextEnv
+from agentenvs.envs.types import Env, EnvGroupBuilder, ListDataset, Metrics, RLDataset, Trajectory
+
+logger = logging.getLogger(__name__)
+
+
+class EnvConfig(BaseModel):
+    """Base class of every registered environment's configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    env_name: ClassVar[str] = ""
+    """The registry name (``retool``); set by each subclass."""
+    gym_name: ClassVar[str] = ""
+    """The gymnasium id stem (``ReTool`` gives ``agentenvs/ReTool-v0``)."""
+    version: ClassVar[str] = "0"
+    default_renderer: ClassVar[RendererKind] = "chat"
+
+    renderer: RendererKind | None = Field(
+        None, description="continuation or chat; None takes the environment's default."
+    )
+    limits: Limits = Field(default_factory=Limits)
+    seed: int = 0
+
+    # ---- what each environment implements -------------------------------------------
+    def num_tasks(self, split: str = "train") -> int:
+        raise NotImplementedError
+
+    def make_text_env(self, task_index: int, split: str = "train") -> TextEnv:
+        raise NotImplementedError
+
+    def task_id(self, task_index: int, split: str = "train") -> str:
+        return f"{split}/{task_index}"
+
+    async def group_rewards(
+        self, trajectories: list[Trajectory], envs: Sequence[TextEnv]
+    ) -> list[tuple[float, Metrics]]:
+        """Rewards that depend on the whole group (default: none)."""
+        return [(0.0, {}) for _ in trajectories]
+
+    def logging_tags(self) -> list[str]:
+        return [self.env_name] if self.env_name else []
+
+    # ---- shared machinery ------------------------------------------------------------
+    @property
+    def renderer_kind(self) -> RendererKind:
+        return self.renderer or self.default_renderer
+
+    def config_hash(self) -> str:
+        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def make_env(self, task_index: int, tokenizer: Tokenizer, split: str = "train") -> RenderedEnv:
+        renderer = make_renderer(self.renderer_kind, tokenizer)
+        return RenderedEnv(self.make_text_env(task_index, split), renderer, self.limits)
+
+    def group_builder(
+        self, task_index: int, group_size: int, tokenizer: Tokenizer, split: str = "train"
+    ) -> TextGroupBuilder:
+        return TextGroupBuilder(self, task_index, group_size, tokenizer, split)
+
+    def dataset(
+        self,
+        tokenizer: Tokenizer,
+        *,
+        group_size: int,
+        batch_size: int = 1,
+        split: str = "train",
+        n_groups: int | None = None,
+    ) -> RLDataset:
+        """Groups over the split's tasks in order, wrapping around if ``n_groups`` is larger."""
+        total = self.num_tasks(split)
+        if total <= 0:
+            raise ValueError(f"environment {self.env_name!r} has no tasks in split {split!r}")
+        count = total if n_groups is None else n_groups
+        builders: list[EnvGroupBuilder] = [
+            self.group_builder(i % total, group_size, tokenizer, split) for i in range(count)
+        ]
+        return ListDataset(builders, batch_size)
+
+
+@dataclass
+class TextGroupBuilder(EnvGroupBuilder):
+    """``group_size`` episodes of the same task: the GRPO grouping."""
+
+    config: EnvConfig
+    task_index: int
+    group_size: int
+    tokenizer: Tokenizer
+    split: str = "train"
+    envs: list[RenderedEnv] = field(default_factory=list, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["envs"] = []  # live episodes do not travel
+        return state
+
+    async def make_envs(self) -> Sequence[Env]:
+        made = [
+            self.config.make_env(self.task_index, self.tokenizer, self.split)
+            for _ in range(self.group_size)
+        ]
+        self.envs.extend(made)
+        return made
+
+    async def compute_group_rewards(
+        self, trajectories: list[Trajectory], envs: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
+        tasks = [env.task if isinstance(env, RenderedEnv) else env for env in envs]
+        return await self.config.group_rewards(trajectories, tasks)  # type: ignore[arg-type]
+
+    def logging_tags(self) -> list[str]:
+        return self.config.logging_tags()
+
+    @property
+    def task_id(self) -> str:
+        return self.config.task_id(self.task_index, self.split)
+
+    async def cleanup(self) -> None:
+        envs, self.envs = self.envs, []
+        for env in envs:
+            try:
+                await env.close()
+            except Exception:  # cleanup must not mask the rollout's own outcome
+                logger.exception("closing an environment of group %s failed", self.task_id)

@@ -1,0 +1,86 @@
+"""The smallest complete environment: guess a hidden number with higher/lower feedback.
+
+It is the example for environment authors (a config, a TextEnv, an oracle) and the
+environment the shared machinery is tested on.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import ClassVar
+
+from pydantic import Field
+
+from agentenvs.envs.config import EnvConfig
+from agentenvs.envs.rendered import Limits
+from agentenvs.envs.renderers import RendererKind
+from agentenvs.envs.text import Message, TextEnv, TextStep
+from agentenvs.envs.types import SamplerStopReason, StopReason
+
+_GUESS = re.compile(r"<guess>\s*(-?\d+)\s*</guess>")
+
+
+class GuessNumberConfig(EnvConfig):
+    """Guess a hidden integer; the environment answers higher or lower."""
+
+    env_name: ClassVar[str] = "guess_number"
+    gym_name: ClassVar[str] = "GuessNumber"
+    default_renderer: ClassVar[RendererKind] = "chat"
+
+    low: int = 1
+    high: int = 100
+    tasks: int = Field(64, ge=1, description="How many hidden numbers the dataset holds.")
+    limits: Limits = Field(default_factory=lambda: Limits(max_turns=10))
+
+    def num_tasks(self, split: str = "train") -> int:
+        return self.tasks
+
+    def secret(self, task_index: int, split: str = "train") -> int:
+        return random.Random(f"{self.seed}/{split}/{task_index}").randint(self.low, self.high)
+
+    def make_text_env(self, task_index: int, split: str = "train") -> TextEnv:
+        return GuessNumberEnv(self.secret(task_index, split), self.low, self.high)
+
+
+class GuessNumberEnv(TextEnv):
+    def __init__(self, secret: int, low: int, high: int) -> None:
+        self.secret, self.low, self.high = secret, low, high
+        self._lo, self._hi = low, high  # what the oracle still considers possible
+
+    def initial_messages(self) -> list[Message]:
+        return [
+            {
+                "role": "user",
+                "content": f"I am thinking of a whole number from {self.low} to {self.high}. "
+                "Reply with one guess as <guess>N</guess>; I will say higher or lower.",
+            }
+        ]
+
+    def stop_sequences(self) -> list[str]:
+        return ["</guess>"]
+
+    async def step(self, action_text: str, *, stop_reason: SamplerStopReason) -> TextStep:
+        match = _GUESS.search(action_text)
+        if match is None:
+            return TextStep(
+                "Write your guess as <guess>N</guess>.",
+                reward=-0.1,
+                metrics={"invalid_actions": 1},
+            )
+        guess = int(match.group(1))
+        if guess == self.secret:
+            return TextStep(reward=1.0, done=True, stop_reason=StopReason.COMPLETED)
+        hint = "higher" if guess < self.secret else "lower"
+        if guess < self.secret:
+            self._lo = max(self._lo, guess + 1)
+        else:
+            self._hi = min(self._hi, guess - 1)
+        return TextStep(f"{guess} is wrong: go {hint}.")
+
+    def scripted_action(self, variant: str = "oracle") -> str | None:
+        if variant == "oracle":
+            return f"<guess>{(self._lo + self._hi) // 2}</guess>"
+        if variant == "malformed":
+            return "I think it is seven."
+        return None

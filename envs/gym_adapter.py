@@ -1,0 +1,96 @@
+"""Every registered environment as a text-in/text-out gymnasium ``Env``.
+
+For gym-style loops that act in strings: ``reset`` gives the prompt text, ``step``
+takes the action text. It runs the same :class:`TextEnv` task logic the token-level
+path uses, on a private event loop, so it is synchronous like gymnasium expects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import gymnasium
+from gymnasium import spaces
+
+from agentenvs.envs.text import Message, TextEnv
+
+_MAX_TEXT = 1_000_000
+
+
+def _text(observation: str | Message | list[Message] | None) -> str:
+    if observation is None:
+        return ""
+    if isinstance(observation, str):
+        return observation
+    messages = [observation] if isinstance(observation, dict) else observation
+    return "\n".join(str(m.get("content", "")) for m in messages)
+
+
+class TextGymEnv(gymnasium.Env):
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, env_name: str, split: str = "train", **config: Any) -> None:
+        from agentenvs.envs.registry import make
+
+        self.env_name = env_name
+        self.split = split
+        self.config = make(env_name, **config)
+        charset = None  # any unicode text
+        self.observation_space = spaces.Text(max_length=_MAX_TEXT, charset=charset or _ALL)
+        self.action_space = spaces.Text(max_length=_MAX_TEXT, charset=charset or _ALL)
+        self._loop = asyncio.new_event_loop()
+        self._task: TextEnv | None = None
+        self._turns = 0
+        self._transcript: list[str] = []
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._close_task()
+        total = self.config.num_tasks(self.split)
+        index = (options or {}).get("task_index")
+        if index is None:
+            index = int(self.np_random.integers(total))
+        self._task = self.config.make_text_env(int(index), self.split)
+        messages = self._task.initial_messages()
+        self._turns = 0
+        prompt = _text(messages[-1]) if messages else ""
+        self._transcript = [prompt]
+        info = {
+            "messages": messages,
+            "task_id": self.config.task_id(int(index), self.split),
+            "stop_sequences": self._task.stop_sequences(),
+        }
+        return prompt, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._task is None:
+            raise RuntimeError("call reset() before step()")
+        result = self._loop.run_until_complete(self._task.step(action, stop_reason="stop"))
+        self._turns += 1
+        observation = _text(result.observation)
+        self._transcript += [action, observation]
+        truncated = not result.done and self._turns >= self.config.limits.max_turns
+        info: dict[str, Any] = {"metrics": result.metrics, "logs": result.logs}
+        if result.done or truncated:
+            info["stop_reason"] = result.stop_reason or ("completed" if result.done else "max_turns")
+            self._close_task()
+        return observation, float(result.reward), bool(result.done), truncated, info
+
+    def render(self) -> str:
+        return "\n".join(self._transcript)
+
+    def _close_task(self) -> None:
+        if self._task is not None:
+            task, self._task = self._task, None
+            self._loop.run_until_complete(task.close())
+
+    def close(self) -> None:
+        self._close_task()
+        if not self._loop.is_closed():
+            self._loop.close()
+
+
+_ALL = frozenset(chr(c) for c in range(32, 0x2FFF)) | frozenset("\n\t")

@@ -1,0 +1,162 @@
+"""RenderedEnv: a TextEnv plus a renderer plus limits is a token-level Env.
+
+All limit handling lives here so every environment ends episodes the same way:
+each limit ends the episode with a recorded one-hot ``stop/<reason>`` metric,
+never with an exception.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentenvs.envs.renderers import Renderer
+from agentenvs.envs.text import Message, TextEnv, TextStep
+from agentenvs.envs.types import (
+    Action,
+    ActionExtra,
+    Env,
+    Metrics,
+    Observation,
+    StepResult,
+    StopCondition,
+    StopReason,
+    stop_metric,
+)
+
+
+class Limits(BaseModel):
+    """Episode limits shared by every environment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(10, ge=1, description="Actions per episode.")
+    max_tokens_per_turn: int | None = Field(
+        None, ge=1, description="Longest single action; a longer one ends the episode."
+    )
+    max_trajectory_tokens: int | None = Field(
+        None, ge=1, description="Context budget: prompt, actions and observations together."
+    )
+    on_truncated_action: Literal["end", "pass"] = Field(
+        "end",
+        description="When the sampler stopped on its token cap: end the episode (max_tokens), "
+        "or pass the cut-off text to the task.",
+    )
+    truncation_reward: float = 0.0
+
+
+class RenderedEnv(Env):
+    def __init__(self, task: TextEnv, renderer: Renderer, limits: Limits | None = None) -> None:
+        self.task = task
+        self.renderer = renderer
+        self.limits = limits or Limits()
+        self.history: list[Message] = []
+        self.context: list[int] = []
+        self.turns = 0
+        self.prefix_breaks = 0
+        self.done = False
+        self.closed = False
+        self._stops: list[str] = []
+
+    async def initial_observation(self) -> tuple[Observation, StopCondition]:
+        self.history = list(self.task.initial_messages())
+        self.context = self.renderer.initial_tokens(self.history, self.task.tools())
+        self._stops = list(self.task.stop_sequences())
+        return list(self.context), self.stop_condition()
+
+    def stop_condition(self) -> list[str]:
+        return self.renderer.stop_condition(self._stops)
+
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
+        if self.done:
+            raise RuntimeError("step() called on a finished episode; envs are single-use")
+        sampler_stop = (extra or {}).get("stop_reason", "stop")
+        self.turns += 1
+        self.context.extend(action)
+        content, marker = self.renderer.split_action(action)
+
+        cap = self.limits.max_tokens_per_turn
+        overran = cap is not None and len(action) > cap
+        if overran or (sampler_stop == "length" and self.limits.on_truncated_action == "end"):
+            return await self._finish(
+                TextStep(reward=self.limits.truncation_reward), StopReason.MAX_TOKENS
+            )
+        if self._over_budget(0):
+            return await self._finish(TextStep(), StopReason.CONTEXT_OVERFLOW)
+
+        result = await self.task.step(content, stop_reason=sampler_stop)
+        if result.done:
+            return await self._finish(result, result.stop_reason or StopReason.COMPLETED)
+        if self.turns >= self.limits.max_turns:
+            return await self._finish(result, StopReason.MAX_TURNS)
+        if result.next_stop is not None:
+            self._stops = list(result.next_stop)
+
+        metrics: Metrics = dict(result.metrics)
+        if result.observation is not None:
+            appended = self.renderer.append(
+                self.history, self.task.tools(), content, marker, result.observation
+            )
+            if appended.restart:
+                self.prefix_breaks += 1
+                metrics["renderer/prefix_breaks"] = 1
+                if self._over_budget_total(len(appended.tokens)):
+                    return await self._finish(result, StopReason.CONTEXT_OVERFLOW, metrics)
+                self.context = list(appended.tokens)
+            else:
+                if self._over_budget(len(appended.tokens)):
+                    return await self._finish(result, StopReason.CONTEXT_OVERFLOW, metrics)
+                self.context.extend(appended.tokens)
+        return StepResult(
+            reward=result.reward,
+            episode_done=False,
+            next_observation=list(self.context),
+            next_stop_condition=self.stop_condition(),
+            metrics=metrics,
+            logs=dict(result.logs),
+        )
+
+    def _over_budget(self, extra_tokens: int) -> bool:
+        return self._over_budget_total(len(self.context) + extra_tokens)
+
+    def _over_budget_total(self, total: int) -> bool:
+        budget = self.limits.max_trajectory_tokens
+        # Leave room for at least one sampled token after the observation.
+        return budget is not None and total + 1 > budget
+
+    async def _finish(
+        self, result: TextStep, reason: str, metrics: Metrics | None = None
+    ) -> StepResult:
+        self.done = True
+        merged: Metrics = {**result.metrics, **(metrics or {})}
+        merged[stop_metric(str(reason))] = 1
+        merged["turns"] = self.turns
+        await self.close()
+        return StepResult(
+            reward=result.reward,
+            episode_done=True,
+            next_observation=[],
+            next_stop_condition=[],
+            metrics=merged,
+            logs=dict(result.logs),
+        )
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            await self.task.close()
+
+    def scripted_action(self, variant: str = "oracle") -> tuple[list[int], str] | None:
+        """The scripted policy's next action as (tokens, sampler stop reason).
+
+        A text that ends on one of the current stop sequences stops there, like a
+        sampler honouring it; otherwise the renderer's end-of-turn token is added.
+        """
+        text = self.task.scripted_action(variant)
+        if text is None:
+            return None
+        tokens = self.renderer.encode(text)
+        if any(text.endswith(s) for s in self.stop_condition() if s):
+            return tokens, "stop"
+        return tokens + self.renderer.end_of_turn_tokens(), "eos"

@@ -1,0 +1,75 @@
+"""The text-level layer: environment authors write task logic in strings, not tokens.
+
+A :class:`TextEnv` sees the decoded text of each action and answers with text (or a
+chat message). :class:`agentenvs.envs.rendered.RenderedEnv` turns it into a
+token-level :class:`~agentenvs.envs.types.Env` through a renderer, enforcing the
+shared limits. Task logic never touches token ids, so it cannot break the
+token-in/token-out rule.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from agentenvs.envs.types import Logs, Metrics, SamplerStopReason
+
+Message: TypeAlias = dict[str, Any]
+"""A chat message as Hugging Face chat templates take it: ``{"role": ..., "content": ...}``."""
+
+
+@dataclass
+class TextStep:
+    """The environment's answer to one action.
+
+    ``observation`` is appended to the context: a string is raw text (continuation
+    protocols such as ``<information>`` or ``<interpreter>`` blocks, or a user
+    message under a chat renderer); a message or list of messages becomes new
+    chat turns. ``None`` appends nothing.
+    """
+
+    observation: str | Message | list[Message] | None = None
+    reward: float = 0.0
+    done: bool = False
+    stop_reason: str | None = None
+    next_stop: list[str] | None = None
+    """Replaces the env's stop sequences for the next turn (None keeps them)."""
+    metrics: Metrics = field(default_factory=dict)
+    logs: Logs = field(default_factory=dict)
+
+
+class TextEnv(ABC):
+    """One episode of task logic over text. Single-use, like :class:`Env`."""
+
+    @abstractmethod
+    def initial_messages(self) -> list[Message]:
+        """The prompt as chat messages (system and user turns)."""
+
+    @abstractmethod
+    async def step(self, action_text: str, *, stop_reason: SamplerStopReason) -> TextStep:
+        """React to one action. ``action_text`` has end-of-turn markers removed.
+
+        Malformed actions must be answered (a hint, a penalty, or ``done`` with a
+        stop reason), never raised: the model wrote them, not the programmer.
+        """
+
+    def stop_sequences(self) -> list[str]:
+        """Strings that end a turn besides the renderer's end-of-turn marker."""
+        return []
+
+    def tools(self) -> list[dict[str, Any]] | None:
+        """JSON-schema tool specs handed to the chat template, if the task has tools."""
+        return None
+
+    def scripted_action(self, variant: str = "oracle") -> str | None:
+        """The next action of the environment's own scripted policy, as text.
+
+        ``oracle`` must solve the task; environments may offer other variants
+        (``wrong``, ``hostile``, ``malformed``) for tests. ``None`` means the
+        variant is unknown.
+        """
+        return None
+
+    async def close(self) -> None:
+        """Release per-episode resources (a sandbox session, a game worker)."""

@@ -1,0 +1,189 @@
+"""The token-level multi-turn interface every environment in agentenvs implements.
+
+The shapes follow the Env / EnvGroupBuilder pattern of the Tinker cookbook so that
+code written against one drops into the other, with two deliberate differences:
+
+* Observations are plain ``list[int]`` token ids (no dependency on ``tinker``).
+  An observation is the *whole* context the policy conditions on for its next
+  action; when an environment keeps extending one conversation, each observation
+  starts with the previous observation plus the previous action. Training-data
+  assembly relies on that prefix property to merge turns into one sample.
+* The sampler's stop reason travels into :meth:`Env.step` through ``extra``, with
+  three values (``stop``, ``eos``, ``length``) so an environment can tell an action
+  the model finished from one the sampler cut off.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal, TypeAlias, TypedDict
+
+Tokens: TypeAlias = list[int]
+Observation: TypeAlias = list[int]
+Action: TypeAlias = list[int]
+Logprobs: TypeAlias = list[float]
+StopCondition: TypeAlias = list[str] | list[int]
+Metrics: TypeAlias = dict[str, float | int]
+Logs: TypeAlias = dict[str, str | int | float]
+
+SamplerStopReason: TypeAlias = Literal["stop", "eos", "length"]
+"""Why the sampler stopped: a stop sequence, the end-of-sequence token, or the token cap."""
+
+
+class StopReason(StrEnum):
+    """Why an episode ended; recorded as a one-hot metric ``stop/<reason>``.
+
+    Environments may use their own strings too; these are the ones the shared
+    machinery produces.
+    """
+
+    COMPLETED = "completed"
+    MAX_TURNS = "max_turns"
+    MAX_TOKENS = "max_tokens"
+    """A single action hit the per-turn token cap (the sampler said ``length``)."""
+    CONTEXT_OVERFLOW = "context_overflow"
+    """The conversation would exceed the trajectory token budget."""
+    PARSE_ERROR = "parse_error"
+    """The action could not be understood and the environment gave up on it."""
+    MAX_TOOL_CALLS = "max_tool_calls"
+    INVALID_ACTION = "invalid_action"
+    ROLLOUT_TIMEOUT = "rollout_timeout"
+    ENV_ERROR = "env_error"
+
+
+STOP_METRIC_PREFIX = "stop/"
+
+
+def stop_metric(reason: str) -> str:
+    """The metric key under which a stop reason is recorded."""
+    return f"{STOP_METRIC_PREFIX}{reason}"
+
+
+def stop_reason_from_metrics(metrics: Metrics) -> str | None:
+    for key, value in metrics.items():
+        if key.startswith(STOP_METRIC_PREFIX) and value:
+            return key[len(STOP_METRIC_PREFIX) :]
+    return None
+
+
+class ActionExtra(TypedDict, total=False):
+    """Side information about an action, passed to :meth:`Env.step`."""
+
+    stop_reason: SamplerStopReason
+
+
+@dataclass
+class StepResult:
+    reward: float
+    episode_done: bool
+    next_observation: Observation
+    next_stop_condition: StopCondition
+    metrics: Metrics = field(default_factory=dict)
+    logs: Logs = field(default_factory=dict)
+
+
+class Env(ABC):
+    """One episode of one agent. Single-use: make it, run it to the end, drop it."""
+
+    @abstractmethod
+    async def initial_observation(self) -> tuple[Observation, StopCondition]: ...
+
+    @abstractmethod
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult: ...
+
+
+@dataclass
+class TokensWithLogprobs:
+    """What a policy returned for one turn. ``logprobs`` is None when the sampler gave none."""
+
+    tokens: Tokens
+    logprobs: Logprobs | None = None
+    stop_reason: SamplerStopReason = "stop"
+
+
+@dataclass
+class Transition:
+    ob: Observation
+    ac: TokensWithLogprobs
+    reward: float
+    episode_done: bool
+    metrics: Metrics = field(default_factory=dict)
+    logs: Logs = field(default_factory=dict)
+
+
+@dataclass
+class Trajectory:
+    transitions: list[Transition]
+    final_ob: Observation = field(default_factory=list)
+    stop_reason: str | None = None
+
+    @property
+    def step_reward(self) -> float:
+        return sum(t.reward for t in self.transitions)
+
+
+@dataclass
+class TrajectoryGroup:
+    """The trajectories of one group plus the group-level rewards and metrics."""
+
+    trajectories: list[Trajectory]
+    group_rewards: list[float]
+    group_metrics: list[Metrics]
+    tags: list[str] = field(default_factory=list)
+
+    def total_rewards(self) -> list[float]:
+        """Per trajectory: sum of step rewards plus the group reward."""
+        return [
+            traj.step_reward + group_reward
+            for traj, group_reward in zip(self.trajectories, self.group_rewards, strict=True)
+        ]
+
+
+class EnvGroupBuilder(ABC):
+    """Makes the envs of one group (e.g. G copies of one task for GRPO) and scores the group.
+
+    Builders are pickled to worker processes and stored in datasets, so they hold
+    configuration only; heavy clients are created in :meth:`make_envs` or lazily.
+    """
+
+    @abstractmethod
+    async def make_envs(self) -> Sequence[Env]: ...
+
+    async def compute_group_rewards(
+        self, trajectories: list[Trajectory], envs: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
+        return [(0.0, {}) for _ in trajectories]
+
+    def logging_tags(self) -> list[str]:
+        return []
+
+    async def cleanup(self) -> None:
+        """Release what :meth:`make_envs` created. Always called; must be idempotent."""
+
+
+class RLDataset(ABC):
+    @abstractmethod
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]: ...
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+
+@dataclass
+class ListDataset(RLDataset):
+    """Builders cut into fixed-size batches; the last partial batch is kept."""
+
+    builders: list[EnvGroupBuilder]
+    batch_size: int
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"batch {index} out of range (dataset has {len(self)} batches)")
+        start = index * self.batch_size
+        return self.builders[start : start + self.batch_size]
+
+    def __len__(self) -> int:
+        return -(-len(self.builders) // self.batch_size)

@@ -1,0 +1,1 @@
+"""Hand-off of training samples to trainers: Tinker, PyTRIO, verl (torch), JSONL."""

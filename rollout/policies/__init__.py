@@ -1,0 +1,1 @@
+"""Policies the collector can drive: scripted, replay, interactive, Hugging Face, OpenAI-compatible."""

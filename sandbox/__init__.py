@@ -1,0 +1,26 @@
+"""agentenvs.sandbox: isolated execution of untrusted, model-written code.
+
+Backends: ``local`` (bubblewrap + warm forked interpreters), ``docker`` (Docker SDK,
+works with podman's Docker-compatible API) and ``sandboxfusion`` (HTTP client for
+SandboxFusion's ``/run_code``). All share :class:`~agentenvs.sandbox.base.Sandbox`.
+"""
+
+from agentenvs.sandbox.base import (
+    Capabilities,
+    ExecResult,
+    ExecStatus,
+    Sandbox,
+    SandboxConfig,
+    SandboxUnavailable,
+    Session,
+)
+
+__all__ = [
+    "Capabilities",
+    "ExecResult",
+    "ExecStatus",
+    "Sandbox",
+    "SandboxConfig",
+    "SandboxUnavailable",
+    "Session",
+]

@@ -1,0 +1,163 @@
+"""The one interface every sandbox backend implements.
+
+Code written by a model is hostile. A backend runs it with bounded time, memory,
+processes and output, and reports what happened as data (:class:`ExecResult`),
+never as an exception: a timeout or a crash is an outcome, not an error. Only a
+broken sandbox (it cannot run anything at all) is reported as ``sandbox_error``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import TracebackType
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ExecStatus(StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    """The code raised or exited non-zero."""
+    TIMEOUT = "timeout"
+    MEMORY = "memory"
+    OUTPUT_LIMIT = "output_limit"
+    SANDBOX_ERROR = "sandbox_error"
+    """The sandbox itself failed (not the code): a dead worker, a lost server."""
+
+
+@dataclass
+class ExecResult:
+    status: ExecStatus
+    stdout: str = ""
+    stderr: str = ""
+    return_code: int | None = None
+    duration: float = 0.0
+    """Wall seconds of the execution itself."""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    message: str = ""
+    """Why, for anything but ``ok`` (the sandbox's words, not the program's)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == ExecStatus.OK
+
+
+class SandboxConfig(BaseModel):
+    """Limits and choices common to every backend."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["local", "docker", "sandboxfusion"] = "local"
+    timeout: float = Field(10.0, gt=0, description="Wall seconds per execution.")
+    cpu_seconds: float | None = Field(
+        None, gt=0, description="CPU seconds per execution (default: timeout + 1)."
+    )
+    memory_limit_mb: int = Field(1024, ge=32, description="Per execution.")
+    max_processes: int = Field(64, ge=1)
+    max_output_bytes: int = Field(64 * 1024, ge=256, description="Per stream.")
+    max_file_bytes: int = Field(16 * 1024 * 1024, ge=0)
+    workdir_size_mb: int = Field(64, ge=1)
+    show_last_expression: bool = Field(
+        True, description="Show the value of a final bare expression, as a notebook does."
+    )
+    pool_size: int = Field(2, ge=1, description="Warm workers kept ready.")
+    min_isolation: list[str] = Field(
+        default_factory=list,
+        description="Isolation layers that must be active, else the sandbox refuses to start "
+        "(names as in the capability report: e.g. 'namespaces', 'seccomp', 'unprivileged_uid').",
+    )
+    # docker
+    docker_image: str = "agentenvs-sandbox:latest"
+    docker_host: str | None = None
+    # sandboxfusion
+    url: str | None = None
+    max_concurrency: int = Field(8, ge=1)
+    retries: int = Field(3, ge=0)
+
+
+@dataclass
+class Capabilities:
+    """Which isolation layers are active, and why the others are not."""
+
+    backend: str
+    active: dict[str, bool] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def missing(self, required: list[str]) -> list[str]:
+        return [name for name in required if not self.active.get(name, False)]
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox cannot start, or cannot start with the isolation asked for."""
+
+
+class Session(ABC):
+    """Cells that share variables, as in one notebook kernel for one episode.
+
+    A cell that times out, crashes or exhausts memory is killed; the variables of
+    earlier successful cells survive.
+    """
+
+    @abstractmethod
+    async def run(self, code: str, *, timeout: float | None = None) -> ExecResult: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class Sandbox(ABC):
+    """A backend. Create with :func:`agentenvs.sandbox.create`; use as an async context."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Bring up workers; raise :class:`SandboxUnavailable` below ``min_isolation``."""
+
+    @abstractmethod
+    async def run(
+        self,
+        code: str,
+        *,
+        timeout: float | None = None,
+        memory_limit_mb: int | None = None,
+        stdin: str | None = None,
+    ) -> ExecResult:
+        """Run one program in a fresh process; no state survives it."""
+
+    @abstractmethod
+    def session(self) -> Session: ...
+
+    @abstractmethod
+    def capabilities(self) -> Capabilities: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Sandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
