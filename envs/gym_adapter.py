@@ -27,6 +27,18 @@ def _text(observation: str | Message | list[Message] | None) -> str:
     return "\n".join(str(m.get("content", "")) for m in messages)
 
 
+class _UnicodeText(spaces.Text):
+    """Any Unicode string up to ``max_length`` (empty included: a final observation is "").
+
+    gymnasium's ``Text`` tests membership against a finite charset, but observations
+    here are arbitrary text (retrieved passages, program output, any script), so
+    membership checks only type and length; ``sample()`` still draws from the charset.
+    """
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+
 class TextGymEnv(gymnasium.Env):
     metadata = {"render_modes": ["ansi"]}
 
@@ -36,9 +48,8 @@ class TextGymEnv(gymnasium.Env):
         self.env_name = env_name
         self.split = split
         self.config = make(env_name, **config)
-        charset = None  # any unicode text
-        self.observation_space = spaces.Text(max_length=_MAX_TEXT, charset=charset or _ALL)
-        self.action_space = spaces.Text(max_length=_MAX_TEXT, charset=charset or _ALL)
+        self.observation_space = _UnicodeText(max_length=_MAX_TEXT, min_length=0, charset=_ALL)
+        self.action_space = _UnicodeText(max_length=_MAX_TEXT, min_length=0, charset=_ALL)
         self._loop = asyncio.new_event_loop()
         self._task: TextEnv | None = None
         self._turns = 0
@@ -75,7 +86,9 @@ class TextGymEnv(gymnasium.Env):
         truncated = not result.done and self._turns >= self.config.limits.max_turns
         info: dict[str, Any] = {"metrics": result.metrics, "logs": result.logs}
         if result.done or truncated:
-            info["stop_reason"] = result.stop_reason or ("completed" if result.done else "max_turns")
+            info["stop_reason"] = result.stop_reason or (
+                "completed" if result.done else "max_turns"
+            )
             self._close_task()
         return observation, float(result.reward), bool(result.done), truncated, info
 

@@ -58,6 +58,9 @@ class RenderedEnv(Env):
         self.done = False
         self.closed = False
         self._stops: list[str] = []
+        self._action_text = ""
+        """The decoded text of the last action, kept in the step's logs so a stored
+        trajectory can be checked against its tokens later."""
 
     async def initial_observation(self) -> tuple[Observation, StopCondition]:
         self.history = list(self.task.initial_messages())
@@ -75,6 +78,7 @@ class RenderedEnv(Env):
         self.turns += 1
         self.context.extend(action)
         content, marker = self.renderer.split_action(action)
+        self._action_text = content + marker
 
         cap = self.limits.max_tokens_per_turn
         overran = cap is not None and len(action) > cap
@@ -82,7 +86,9 @@ class RenderedEnv(Env):
             return await self._finish(
                 TextStep(reward=self.limits.truncation_reward), StopReason.MAX_TOKENS
             )
-        if self._over_budget(0):
+        budget = self.limits.max_trajectory_tokens
+        if budget is not None and len(self.context) > budget:
+            # An action that fits the budget exactly is still judged: it may be the answer.
             return await self._finish(TextStep(), StopReason.CONTEXT_OVERFLOW)
 
         result = await self.task.step(content, stop_reason=sampler_stop)
@@ -114,7 +120,7 @@ class RenderedEnv(Env):
             next_observation=list(self.context),
             next_stop_condition=self.stop_condition(),
             metrics=metrics,
-            logs=dict(result.logs),
+            logs={**result.logs, "action_text": self._action_text},
         )
 
     def _over_budget(self, extra_tokens: int) -> bool:
@@ -139,7 +145,7 @@ class RenderedEnv(Env):
             next_observation=[],
             next_stop_condition=[],
             metrics=merged,
-            logs=dict(result.logs),
+            logs={**result.logs, "action_text": self._action_text},
         )
 
     async def close(self) -> None:

@@ -127,13 +127,14 @@ class ChatRenderer(Renderer):
     def append(self, history, tools, action_content, action_marker, observation) -> Appended:
         new_messages = _as_messages(observation)
         assistant: Message = {"role": "assistant", "content": action_content}
+        opened = self.render_text(history, tools, add_generation_prompt=True)
         base = self.render_text([*history, assistant], tools, add_generation_prompt=False)
         full = self.render_text(
             [*history, assistant, *new_messages], tools, add_generation_prompt=True
         )
         history.append(assistant)
         history.extend(new_messages)
-        closing = _closing_after(base, action_content)
+        closing = _closing_after(base, opened, action_content)
         if closing is None or not full.startswith(base):
             return Appended(self.encode(full), restart=True)
         # The template closes the assistant turn with ``closing``; the part the model
@@ -154,16 +155,20 @@ def make_renderer(
     return renderers[kind](tokenizer, end_of_turn)
 
 
-def _closing_after(rendered: str, content: str) -> str | None:
-    """What the template writes after the assistant content, or None if the content
-    does not appear verbatim at the end of the rendering (the template rewrote it)."""
-    if not content:
+def _closing_after(rendered: str, opened: str, content: str) -> str | None:
+    """What the template writes after the assistant content, or None if the rendering
+    is not the open turn the model saw followed by the content verbatim (the template
+    rewrote the turn).
+
+    ``opened`` is the conversation rendered with the generation prompt: the context
+    the model sampled after. Searching for the content in the rendering instead would
+    match inside the template's own closing text for short actions (``m`` in
+    ``<|im_end|>``), or fail for empty ones.
+    """
+    head = opened + content
+    if not rendered.startswith(head):
         return None
-    index = rendered.rfind(content)
-    if index < 0:
-        return None
-    closing = rendered[index + len(content) :]
-    return closing if len(closing) <= 64 else None
+    return rendered[len(head) :]
 
 
 def _as_messages(observation: str | Message | list[Message]) -> list[Message]:

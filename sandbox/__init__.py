@@ -14,8 +14,11 @@ from agentenvs.sandbox.base import (
     SandboxUnavailable,
     Session,
 )
+from agentenvs.sandbox.capabilities import LAYERS, capability_report
+from agentenvs.sandbox.factory import create
 
 __all__ = [
+    "LAYERS",
     "Capabilities",
     "ExecResult",
     "ExecStatus",
@@ -23,4 +26,6 @@ __all__ = [
     "SandboxConfig",
     "SandboxUnavailable",
     "Session",
+    "capability_report",
+    "create",
 ]

@@ -1,1 +1,93 @@
-"""Policies the collector can drive: scripted, replay, interactive, Hugging Face, OpenAI-compatible."""
+"""Policies the collector can drive: scripted, replay, interactive, Hugging Face, OpenAI-compatible.
+
+``make_policy(name, **options)`` builds one by name, which is what the CLI's
+``--policy`` uses. Options are validated and coerced (``"0.7"`` becomes a float),
+and a bad name or option is a ``ValueError`` that lists what is accepted.
+Heavy imports (torch, transformers, httpx) happen only for the policy asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import typing
+from typing import Any
+
+from agentenvs.rollout.policies.base import Policy, PolicyError, PolicyFactory, policy_for
+
+__all__ = [
+    "POLICIES",
+    "Policy",
+    "PolicyError",
+    "PolicyFactory",
+    "make_policy",
+    "policy_for",
+]
+
+POLICIES: dict[str, tuple[str, str]] = {
+    "scripted": ("agentenvs.rollout.policies.scripted", "ScriptedPolicy"),
+    "replay": ("agentenvs.rollout.policies.replay", "ReplayPolicy.from_file"),
+    "interactive": ("agentenvs.rollout.policies.interactive", "InteractivePolicy"),
+    "hf": ("agentenvs.rollout.policies.hf", "HFPolicy"),
+    "openai": ("agentenvs.rollout.policies.openai_compat", "OpenAICompatPolicy"),
+}
+"""Policy name -> (module, constructor)."""
+
+
+def make_policy(name: str, **options: Any) -> Policy | PolicyFactory:
+    """A policy by name.
+
+    * ``scripted``: ``variant="oracle"``; the env's own scripted actions.
+    * ``replay``: ``path=`` a trajectory file written by the collector.
+    * ``interactive``: ``tokenizer=`` (default: the built-in ChatML tokenizer).
+    * ``hf``: ``model=`` a local directory; ``tokenizer``, ``temperature``,
+      ``top_p``, ``max_tokens``, ``seed``, ``device``, ``dtype``.
+    * ``openai``: ``url=``, ``model``, ``api="vllm"|"sglang"``, ``tokenizer``,
+      sampling settings, ``timeout``, ``retries``, ``concurrency``.
+
+    Every policy also takes ``weights_version``, stored with each group's provenance
+    so a trainer can tell how stale the samples are.
+    """
+    from pydantic import ValidationError
+
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(sorted(POLICIES))}")
+    module_name, attr = POLICIES[name]
+    target: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    weights_version = options.pop("weights_version", None)
+    schema = _options_model(name, target)
+    unknown = sorted(set(options) - set(schema.model_fields))
+    if unknown:
+        raise ValueError(
+            f"unknown option(s) {', '.join(unknown)} for policy {name!r}; "
+            f"accepted: {', '.join([*schema.model_fields, 'weights_version'])}"
+        )
+    try:
+        checked = schema(**options)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '<options>'}: {e['msg']}" for e in err.errors()
+        )
+        raise ValueError(f"bad option for policy {name!r}: {problems}") from None
+    policy = target(**{key: getattr(checked, key) for key in options})
+    if weights_version is not None:
+        policy.weights_version = weights_version  # recorded in every group's provenance
+    return policy
+
+
+def _options_model(name: str, target: Any) -> Any:
+    """A pydantic model of the constructor's keyword options, to validate and coerce."""
+    from pydantic import ConfigDict, create_model
+
+    function = target.__init__ if inspect.isclass(target) else target
+    hints = typing.get_type_hints(function)
+    fields: dict[str, Any] = {}
+    for param in inspect.signature(target).parameters.values():
+        if param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
+            continue
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (hints.get(param.name, Any), default)
+    config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+    return create_model(f"{name}_policy_options", __config__=config, **fields)

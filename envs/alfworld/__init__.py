@@ -1,0 +1,1 @@
+"""ALFWorld on the real TextWorld/ALFWorld engine, run in worker processes."""

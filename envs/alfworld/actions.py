@@ -1,0 +1,100 @@
+"""Reading the model's action out of its reply, and matching it to a game command.
+
+Two protocols: the tag protocol (``<action>go to fridge 1</action>``; reasoning
+may come before it) and the chat tool protocol (a ``<tool_call>`` holding
+``{"name": "alfworld_step", "arguments": {"action": "go to fridge 1"}}``, the
+Hermes/Qwen convention). Matching is forgiving about case, spacing and a trailing
+full stop, and accepts ALFWorld's older ``put X in/on Y`` wording for the current
+``move X to Y``; anything else the game does not list is an invalid action.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection
+from typing import Any, Literal
+
+Protocol = Literal["tag", "tool"]
+
+TOOL_NAME = "alfworld_step"
+ACTION_STOP = "</action>"
+TOOL_CALL_STOP = "</tool_call>"
+
+_ACTION = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+_PUT = re.compile(r"^put (.+?) (?:in|on|in/on|into|onto) (.+)$")
+
+
+def tool_spec() -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": TOOL_NAME,
+            "description": "Send one text command to the household game and get what happens.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "action": {
+                        "type": "string",
+                        "description": "One admissible command, e.g. 'go to fridge 1'.",
+                    }
+                },
+                "required": ["action"],
+            },
+        },
+    }
+
+
+def extract_action(text: str, protocol: Protocol) -> str | None:
+    """The command the reply asks for, or None if it is not in the protocol's form."""
+    if protocol == "tag":
+        found = _ACTION.findall(text)
+        if not found:
+            return None
+        command = found[-1].strip()
+        return command or None
+    match = _TOOL_CALL.search(text)
+    if match is None:
+        return None
+    try:
+        call = json.loads(match.group(1).strip())
+    except ValueError:
+        return None
+    if not isinstance(call, dict) or call.get("name") != TOOL_NAME:
+        return None
+    arguments = call.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    action = arguments.get("action") if isinstance(arguments, dict) else None
+    if not isinstance(action, str) or not action.strip():
+        return None
+    return action.strip()
+
+
+def format_action(command: str, protocol: Protocol) -> str:
+    """How a scripted policy writes ``command`` under the protocol."""
+    if protocol == "tag":
+        return f"<action>{command}</action>"
+    call = {"name": TOOL_NAME, "arguments": {"action": command}}
+    return f"<tool_call>{json.dumps(call)}</tool_call>"
+
+
+def normalize(command: str) -> str:
+    return " ".join(command.strip().lower().split()).rstrip(".").strip()
+
+
+def match_command(command: str, admissible: Collection[str]) -> str | None:
+    """The admissible game command ``command`` means, or None."""
+    wanted = normalize(command)
+    if wanted in admissible:
+        return wanted
+    put = _PUT.match(wanted)
+    if put is not None:
+        moved = f"move {put.group(1)} to {put.group(2)}"
+        if moved in admissible:
+            return moved
+    return None

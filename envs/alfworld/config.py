@@ -1,0 +1,166 @@
+"""ALFWorldConfig: the registered ``alfworld`` environment (gymnasium ``agentenvs/ALFWorld-v0``).
+
+Household text games on the real ALFWorld / TextWorld PDDL engine. Games come
+from ``data``: the ones shipped with the package (six task types, train /
+valid_seen / valid_unseen), or ALFWorld's dataset when ``$ALFWORLD_DATA`` holds
+it (``auto``), or a folder. Episodes run on engines in worker processes (see
+:mod:`agentenvs.envs.alfworld.pool`). Nothing heavy is imported at module level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from agentenvs.envs.alfworld.scenes import TASK_TYPES
+from agentenvs.envs.config import EnvConfig
+from agentenvs.envs.rendered import Limits, RenderedEnv
+from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
+from agentenvs.envs.text import TextEnv
+from agentenvs.envs.types import Metrics, Trajectory
+
+
+class ALFWorldConfig(EnvConfig):
+    """ALFWorld: find, take, clean/heat/cool and place objects in a text house."""
+
+    env_name: ClassVar[str] = "alfworld"
+    gym_name: ClassVar[str] = "ALFWorld"
+    default_renderer: ClassVar[RendererKind] = "chat"
+
+    data: str = Field(
+        "auto",
+        description="shipped | auto ($ALFWORLD_DATA/json_2.1.1 when present, else shipped) | "
+        "a folder in ALFWorld's json_2.1.1 layout.",
+    )
+    task_types: list[str] = Field(
+        default_factory=lambda: list(TASK_TYPES), description="Which ALFWorld task types to play."
+    )
+    max_games: int | None = Field(None, ge=1, description="Use only the first N games of a split.")
+    protocol: Literal["tag", "tool"] = Field(
+        "tag", description="tag: <action>...</action>; tool: an alfworld_step tool call."
+    )
+    history: Literal["full", "window"] = Field(
+        "full",
+        description="full: one growing conversation (token-in/token-out); window: every turn "
+        "is a fresh prompt with the last history_window steps (a new training sample per step).",
+    )
+    history_window: int = Field(2, ge=0, description="Earlier steps shown in window mode.")
+    show_admissible: bool = Field(True, description="List the admissible commands each turn.")
+    success_reward: float = Field(1.0, description="Reward for winning (GiGPO uses 10).")
+    invalid_action_penalty: float = Field(
+        0.1, ge=0, description="Subtracted for each unparsable or inadmissible action."
+    )
+    on_env_error: Literal["raise", "end_episode"] = Field(
+        "raise",
+        description="A dead or stuck engine: raise (the collector retries or fails the group) "
+        "or end the episode with stop reason env_error.",
+    )
+    workers: int = Field(2, ge=1, description="Most engine processes this config may run.")
+    engines_per_worker: int = Field(
+        8, ge=1, description="Episodes one process hosts at once (one engine each)."
+    )
+    cache_translations: bool = Field(
+        True, description="Memoize Fast Downward's PDDL translation in workers (faster resets)."
+    )
+    reset_timeout_s: float = Field(180.0, gt=0)
+    step_timeout_s: float = Field(60.0, gt=0)
+    limits: Limits = Field(default_factory=lambda: Limits(max_turns=50))
+
+    @field_validator("task_types")
+    @classmethod
+    def _known_task_types(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(TASK_TYPES))
+        if unknown or not value:
+            raise ValueError(
+                f"unknown task type(s) {unknown}; choose from {', '.join(TASK_TYPES)}"
+                if unknown
+                else "task_types must not be empty"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _protocol_fits_renderer(self) -> ALFWorldConfig:
+        if self.protocol == "tool" and self.renderer_kind != "chat":
+            raise ValueError("protocol 'tool' needs the chat renderer")
+        return self
+
+    # ---- tasks -------------------------------------------------------------------------
+    def games(self, split: str = "train"):
+        from agentenvs.envs.alfworld.games import data_root, find_games
+
+        games = find_games(str(data_root(self.data)), split, tuple(self.task_types))
+        return games[: self.max_games] if self.max_games else games
+
+    def num_tasks(self, split: str = "train") -> int:
+        return len(self.games(split))
+
+    def task_id(self, task_index: int, split: str = "train") -> str:
+        return f"{split}/{self.games(split)[task_index].name}"
+
+    def settings(self):
+        from agentenvs.envs.alfworld.env import EpisodeSettings
+
+        return EpisodeSettings(
+            protocol=self.protocol,
+            renderer=self.renderer_kind,
+            history=self.history,
+            history_window=self.history_window,
+            show_admissible=self.show_admissible,
+            success_reward=self.success_reward,
+            invalid_action_penalty=self.invalid_action_penalty,
+            on_env_error=self.on_env_error,
+            max_turns=self.limits.max_turns,
+            reset_timeout_s=self.reset_timeout_s,
+            step_timeout_s=self.step_timeout_s,
+            workers=self.workers,
+            engines_per_worker=self.engines_per_worker,
+            cache_translations=self.cache_translations,
+        )
+
+    def make_text_env(self, task_index: int, split: str = "train") -> TextEnv:
+        from agentenvs.envs.alfworld.env import ALFWorldTextEnv
+
+        games = self.games(split)
+        if not 0 <= task_index < len(games):
+            raise IndexError(
+                f"ALFWorld split {split!r} has {len(games)} games, not {task_index + 1}"
+            )
+        return ALFWorldTextEnv(games[task_index], self.settings())
+
+    def make_env(self, task_index: int, tokenizer: Tokenizer, split: str = "train") -> RenderedEnv:
+        from agentenvs.envs.alfworld.env import ALFWorldEnv, WindowRenderer
+
+        renderer = make_renderer(self.renderer_kind, tokenizer)
+        if self.history == "window":
+            renderer = WindowRenderer(tokenizer, renderer.end_of_turn)
+        return ALFWorldEnv(self.make_text_env(task_index, split), renderer, self.limits)
+
+    async def group_rewards(
+        self, trajectories: list[Trajectory], envs: Sequence[TextEnv]
+    ) -> list[tuple[float, Metrics]]:
+        """No extra reward; reports per-episode metrics, success per task type included."""
+        return [(0.0, _episode_metrics(env)) for env in envs]
+
+    def logging_tags(self) -> list[str]:
+        return [self.env_name]
+
+    @classmethod
+    def demo_overrides(cls) -> dict[str, str]:
+        """``agentenvs demo`` plays the shipped games (fast, and the same everywhere)."""
+        return {"data": "shipped"}
+
+    # ---- engine processes --------------------------------------------------------------
+    def pool(self):
+        """The engine pool these settings use (shared with configs that match)."""
+        return self.settings().pool()
+
+    def shutdown(self) -> None:
+        """Kill and reap this config's engine processes (they restart on next use)."""
+        self.pool().close()
+
+
+def _episode_metrics(env: TextEnv) -> Metrics:
+    metrics = getattr(env, "episode_metrics", None)
+    return metrics() if callable(metrics) else {}

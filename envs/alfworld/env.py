@@ -1,0 +1,346 @@
+"""One ALFWorld episode: task logic over text, played on an engine in a worker process.
+
+:class:`ALFWorldTextEnv` leases an engine from the pool when the episode starts
+(``initial_observation``), sends each command to it, and gives the engine back
+when it closes. Commands the game does not list right now are answered here with
+the engine's own ``Nothing happens.`` (an inadmissible command leaves a PDDL game
+unchanged, so asking the engine would give the same answer) and penalised.
+
+:class:`ALFWorldEnv` is the token-level env: a :class:`RenderedEnv` that starts
+the game before rendering the prompt and whose scripted oracle may ask the engine
+for a fresh plan. :class:`WindowRenderer` implements the sliding-window history:
+every observation is a whole new prompt, so every step is its own training sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentenvs.envs.alfworld import prompts
+from agentenvs.envs.alfworld.actions import (
+    ACTION_STOP,
+    TOOL_CALL_STOP,
+    Protocol,
+    extract_action,
+    format_action,
+    match_command,
+    normalize,
+    tool_spec,
+)
+from agentenvs.envs.alfworld.games import GameInfo
+from agentenvs.envs.alfworld.pool import (
+    ALFWorldWorkerError,
+    EngineError,
+    EngineLease,
+    EnginePool,
+    get_pool,
+)
+from agentenvs.envs.rendered import RenderedEnv
+from agentenvs.envs.renderers import Appended, Renderer, RendererKind
+from agentenvs.envs.text import Message, TextEnv, TextStep
+from agentenvs.envs.types import Observation, SamplerStopReason, StopCondition, StopReason
+
+NOTHING_HAPPENS = "Nothing happens."
+INVALID_COMMAND = "fly to the moon"
+"""What the ``invalid`` scripted variant sends: well formed, never admissible."""
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    """The parts of the config one episode needs (kept small: it travels with the env)."""
+
+    protocol: Protocol = "tag"
+    renderer: RendererKind = "chat"
+    history: Literal["full", "window"] = "full"
+    history_window: int = 2
+    show_admissible: bool = True
+    success_reward: float = 1.0
+    invalid_action_penalty: float = 0.1
+    on_env_error: Literal["raise", "end_episode"] = "raise"
+    max_turns: int = 50
+    reset_timeout_s: float = 180.0
+    step_timeout_s: float = 60.0
+    workers: int = 2
+    engines_per_worker: int = 8
+    cache_translations: bool = True
+
+    def pool(self) -> EnginePool:
+        return get_pool(self.workers, self.engines_per_worker, self.cache_translations)
+
+
+@dataclass
+class EpisodeStats:
+    steps: int = 0
+    invalid_actions: int = 0
+    invalid_format: int = 0
+    won: bool = False
+    env_error: str | None = None
+    actions: list[str] = field(default_factory=list)
+
+
+class ALFWorldTextEnv(TextEnv):
+    def __init__(self, game: GameInfo, settings: EpisodeSettings) -> None:
+        self.game = game
+        self.settings = settings
+        self.stats = EpisodeStats()
+        self.lease: EngineLease | None = None
+        self.intro = prompts.Intro("", "")
+        self.admissible: list[str] = []
+        self.history: list[tuple[str, str]] = []
+        self._plan: list[str] | None = None
+        self._plan_fresh = False
+        self._oracle_used = False
+        self._finalizer: weakref.finalize | None = None
+        self._closed = False
+
+    # ---- episode start -------------------------------------------------------------
+    @property
+    def task_type(self) -> str:
+        return self.game.task_type
+
+    @property
+    def worker_pid(self) -> int | None:
+        return self.lease.pid if self.lease is not None else None
+
+    async def start(self) -> None:
+        """Lease an engine and reset the game on it. Failures raise (nothing to score)."""
+        if self.lease is not None:
+            raise RuntimeError("this ALFWorld episode has already started; envs are single-use")
+        lease = await self.settings.pool().lease()
+        self.lease = lease
+        # Give the engine back even if the env is dropped without close().
+        self._finalizer = weakref.finalize(self, lease.release)
+        try:
+            answer = await lease.call(
+                "reset", timeout=self.settings.reset_timeout_s, game=self.game.path
+            )
+        except (ALFWorldWorkerError, EngineError) as err:
+            await self.close()
+            raise type(err)(f"{err} (while starting {self.game.name})") from None
+        self.intro = prompts.split_intro(answer["feedback"])
+        self.admissible = list(answer["admissible"])
+        walkthrough = answer.get("walkthrough")
+        self._plan = list(walkthrough) if walkthrough else None
+        self._plan_fresh = self._plan is not None
+
+    def initial_messages(self) -> list[Message]:
+        if self.lease is None:
+            self._start_blocking()
+        return self._messages(prompts.first_observation(self.intro, self._shown_admissible()))
+
+    def _start_blocking(self) -> None:
+        """Start from synchronous code (the gymnasium wrapper renders the prompt directly).
+
+        The engine pool is not tied to an event loop, so a short-lived loop will do.
+        Inside a running loop this would block it: ``await start()`` there instead.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            asyncio.run(self.start())
+            return
+        raise RuntimeError("await start() before initial_messages() inside an event loop")
+
+    def _messages(self, user_text: str) -> list[Message]:
+        system = prompts.system_prompt(self.settings.protocol, self.settings.max_turns)
+        return [{"role": "system", "content": system}, {"role": "user", "content": user_text}]
+
+    def _shown_admissible(self) -> list[str] | None:
+        return self.admissible if self.settings.show_admissible else None
+
+    def stop_sequences(self) -> list[str]:
+        return [ACTION_STOP] if self.settings.protocol == "tag" else [TOOL_CALL_STOP]
+
+    def tools(self) -> list[dict[str, Any]] | None:
+        return [tool_spec()] if self.settings.protocol == "tool" else None
+
+    # ---- one action ------------------------------------------------------------------
+    async def step(self, action_text: str, *, stop_reason: SamplerStopReason) -> TextStep:
+        self.stats.steps += 1
+        requested = extract_action(action_text, self.settings.protocol)
+        if requested is None:
+            self.stats.invalid_format += 1
+            self.stats.invalid_actions += 1
+            self.stats.actions.append("")
+            return self._answer(
+                prompts.FORMAT_HINT[self.settings.protocol],
+                reward=-self.settings.invalid_action_penalty,
+                metrics={"invalid_action": 1, "invalid_format": 1},
+                action_label="(no action)",
+            )
+        command = match_command(requested, self.admissible)
+        if command is None:
+            self.stats.invalid_actions += 1
+            self.stats.actions.append(normalize(requested))
+            return self._answer(
+                NOTHING_HAPPENS,
+                reward=-self.settings.invalid_action_penalty,
+                metrics={"invalid_action": 1, "invalid_format": 0},
+                action_label=normalize(requested),
+            )
+
+        on_plan = self._plan_fresh and bool(self._plan) and self._plan[0] == command
+        want_plan = self._oracle_used and not on_plan
+        assert self.lease is not None
+        try:
+            answer = await self.lease.call(
+                "step", timeout=self.settings.step_timeout_s, command=command, plan=want_plan
+            )
+        except (ALFWorldWorkerError, EngineError) as err:
+            return await self._env_error(err)
+        self.stats.actions.append(command)
+        self._advance_plan(on_plan, answer.get("plan"))
+        self.admissible = list(answer["admissible"])
+        feedback = answer["feedback"]
+        invalid = feedback.strip() == NOTHING_HAPPENS
+        if invalid:
+            self.stats.invalid_actions += 1
+        if answer["won"]:
+            self.stats.won = True
+            reward = self.settings.success_reward
+            return TextStep(
+                reward=reward,
+                done=True,
+                stop_reason=StopReason.COMPLETED,
+                metrics={"invalid_action": int(invalid), "invalid_format": 0, "won": 1},
+                logs={"feedback": feedback},
+            )
+        return self._answer(
+            feedback,
+            reward=-self.settings.invalid_action_penalty if invalid else 0.0,
+            metrics={"invalid_action": int(invalid), "invalid_format": 0},
+            action_label=command,
+        )
+
+    def _answer(
+        self, feedback: str, *, reward: float, metrics: dict[str, int], action_label: str
+    ) -> TextStep:
+        self.history.append((action_label, feedback.strip()))
+        return TextStep(
+            observation=self._observation(feedback),
+            reward=reward,
+            metrics=metrics,
+            logs={"feedback": feedback},
+        )
+
+    def _observation(self, feedback: str) -> str | Message | list[Message]:
+        shown = self._shown_admissible()
+        if self.settings.history == "window":
+            k = self.settings.history_window
+            earlier = self.history[:-1][-k:] if k else []
+            last_action = self.history[-1][0] if self.history else ""
+            text = prompts.window_observation(
+                self.intro, earlier, len(self.history), last_action, feedback, shown
+            )
+            return self._messages(text)
+        text = prompts.step_observation(feedback, shown)
+        if self.settings.protocol == "tool":
+            return {"role": "tool", "content": text}
+        if self.settings.renderer == "continuation":
+            return prompts.wrap_continuation(text)
+        return text
+
+    async def _env_error(self, err: Exception) -> TextStep:
+        message = f"{err} (game {self.game.name}, step {self.stats.steps})"
+        self.stats.env_error = message
+        await self.close()
+        if self.settings.on_env_error == "raise":
+            raise type(err)(message) from None
+        return TextStep(
+            done=True,
+            stop_reason=StopReason.ENV_ERROR,
+            metrics={"env_error": 1},
+            logs={"env_error": message[:2000]},
+        )
+
+    # ---- the scripted oracle --------------------------------------------------------
+    def _advance_plan(self, on_plan: bool, fresh_plan: list[str] | None) -> None:
+        if fresh_plan is not None:
+            self._plan, self._plan_fresh = list(fresh_plan), True
+        elif on_plan and self._plan:
+            self._plan.pop(0)
+        else:
+            self._plan_fresh = False
+
+    async def prepare_scripted(self, variant: str) -> None:
+        """Make sure the oracle's plan matches the game state (asks the planner if not)."""
+        if variant != "oracle" or self.lease is None or self._closed:
+            return
+        self._oracle_used = True
+        if self._plan_fresh and self._plan:
+            return
+        try:
+            answer = await self.lease.call("plan", timeout=self.settings.step_timeout_s)
+        except (ALFWorldWorkerError, EngineError):
+            return  # the next step will meet the same failure and report it
+        self._plan, self._plan_fresh = list(answer["plan"]), True
+
+    def scripted_action(self, variant: str = "oracle") -> str | None:
+        protocol = self.settings.protocol
+        if variant == "oracle":
+            self._oracle_used = True
+            if self._plan_fresh and self._plan:
+                return format_action(self._plan[0], protocol)
+            return format_action("look", protocol)  # harmless; the step fetches a plan
+        if variant == "invalid":
+            return format_action(INVALID_COMMAND, protocol)
+        if variant == "malformed":
+            return "I think I should look around the room first."
+        return None
+
+    # ---- end ---------------------------------------------------------------------------
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._finalizer is not None:
+            self._finalizer()  # releases the lease exactly once
+
+    def episode_metrics(self) -> dict[str, float | int]:
+        """Per-episode metrics for the group hook, with per-task-type success."""
+        won = int(self.stats.won)
+        return {
+            "won": won,
+            f"won/{self.task_type}": won,
+            "steps": self.stats.steps,
+            "invalid_actions": self.stats.invalid_actions,
+            "invalid_format": self.stats.invalid_format,
+            "env_error": int(self.stats.env_error is not None),
+        }
+
+
+class ALFWorldEnv(RenderedEnv):
+    """RenderedEnv that starts the game first and has an asynchronous oracle."""
+
+    task: ALFWorldTextEnv
+
+    async def initial_observation(self) -> tuple[Observation, StopCondition]:
+        await self.task.start()
+        return await super().initial_observation()
+
+    async def scripted_action(  # type: ignore[override]
+        self, variant: str = "oracle"
+    ) -> tuple[list[int], str] | None:
+        await self.task.prepare_scripted(variant)
+        return super().scripted_action(variant)
+
+
+class WindowRenderer(Renderer):
+    """Sliding-window history: each observation is a whole prompt, rendered afresh.
+
+    The task returns the full message list for the next turn; the renderer renders
+    it from scratch and marks a restart, so the collector starts a new training
+    sample at every step (the verl-agent / GiGPO way of training on ALFWorld).
+    """
+
+    kind: RendererKind = "chat"
+
+    def append(self, history, tools, action_content, action_marker, observation) -> Appended:
+        messages = [observation] if isinstance(observation, dict) else list(observation)
+        if isinstance(observation, str):
+            messages = [{"role": "user", "content": observation}]
+        history[:] = messages
+        return Appended(self.initial_tokens(messages, tools), restart=True)

@@ -1,0 +1,166 @@
+"""The two wire protocols a ReTool model speaks, as parsing and formatting only.
+
+1. ``retool``: ReTool's text protocol, inside one assistant turn. The model writes
+
+       <code>
+       ```python
+       print(2**10)
+       ```
+       </code>
+
+   and the sampler stops on ``</code>``. The environment appends the result as
+   ``\\n<interpreter>\\n{output}\\n</interpreter>\\n\\n`` (the layout of ReTool's
+   cold-start data) and generation continues in the same turn. The final answer
+   is ``<answer>\\boxed{...}</answer>``.
+2. ``tool_call``: verl's ReTool recipe. The model ends its turn after a Hermes
+   tool call ``<tool_call>{"name": "code_interpreter", "arguments": {"code":
+   "..."}}</tool_call>``; the output comes back as a ``tool`` message rendered by
+   the tokenizer's chat template.
+
+Everything here is pure string work, so it is tested without a sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Protocol = Literal["retool", "tool_call"]
+
+TOOL_NAME = "code_interpreter"
+CODE_OPEN, CODE_CLOSE = "<code>", "</code>"
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+
+_FENCE = re.compile(r"```[ \t]*(?:python3|python|py)?[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
+
+
+@dataclass
+class ParsedAction:
+    """What one action asks for.
+
+    ``kind`` is ``code`` (run ``codes``), ``final`` (the turn ended without a tool
+    call: grade it), or ``malformed`` (``problem`` is ``parse_error`` or
+    ``empty_code``; ``detail`` says what was wrong, for the model and the logs).
+    """
+
+    kind: Literal["code", "final", "malformed"]
+    codes: list[str] = field(default_factory=list)
+    problem: str = ""
+    detail: str = ""
+
+
+def extract_fenced(block: str) -> str:
+    """The code in a fenced block, or the block itself when there is no fence.
+
+    An unterminated fence is tolerated: the model was cut at ``</code>``.
+    """
+    match = _FENCE.search(block)
+    return (match.group(1) if match else block).strip("\n").rstrip()
+
+
+def parse_retool(text: str) -> ParsedAction:
+    close = text.find(CODE_CLOSE)
+    if close < 0:
+        if CODE_OPEN in text:
+            return ParsedAction(
+                "malformed", problem="parse_error", detail=f"{CODE_OPEN} was never closed"
+            )
+        return ParsedAction("final")
+    open_ = text.rfind(CODE_OPEN, 0, close)
+    if open_ < 0:
+        return ParsedAction(
+            "malformed", problem="parse_error", detail=f"{CODE_CLOSE} without {CODE_OPEN}"
+        )
+    code = extract_fenced(text[open_ + len(CODE_OPEN) : close])
+    if not code.strip():
+        return ParsedAction("malformed", problem="empty_code", detail="the code block is empty")
+    return ParsedAction("code", codes=[code])
+
+
+def parse_tool_calls(text: str) -> ParsedAction:
+    """Hermes tool calls; any call that cannot be used makes the action malformed."""
+    blocks: list[str] = []
+    position = 0
+    while True:
+        start = text.find(CALL_OPEN, position)
+        if start < 0:
+            break
+        end = text.find(CALL_CLOSE, start)
+        if end < 0:
+            return ParsedAction(
+                "malformed", problem="parse_error", detail=f"{CALL_OPEN} was never closed"
+            )
+        blocks.append(text[start + len(CALL_OPEN) : end])
+        position = end + len(CALL_CLOSE)
+    if not blocks:
+        return ParsedAction("final")
+    codes = []
+    for block in blocks:
+        code, problem = _code_from_call(block)
+        if code is None:
+            kind = "empty_code" if problem == "the code is empty" else "parse_error"
+            return ParsedAction("malformed", problem=kind, detail=problem)
+        codes.append(code)
+    return ParsedAction("code", codes=codes)
+
+
+def _code_from_call(block: str) -> tuple[str | None, str]:
+    try:
+        call = json.loads(block)
+    except json.JSONDecodeError as err:
+        return None, f"the tool call is not valid JSON ({err.msg})"
+    if not isinstance(call, dict):
+        return None, "the tool call must be a JSON object"
+    if call.get("name") != TOOL_NAME:
+        return None, f"unknown tool {call.get('name')!r}; the only tool is {TOOL_NAME}"
+    arguments: Any = call.get("arguments", {})
+    if isinstance(arguments, str):  # some models double-encode the arguments
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return None, "the arguments are not a JSON object"
+    if not isinstance(arguments, dict) or not isinstance(arguments.get("code"), str):
+        return None, 'the arguments need a string field "code"'
+    code = extract_fenced(arguments["code"]) if "```" in arguments["code"] else arguments["code"]
+    if not code.strip():
+        return None, "the code is empty"
+    return code, ""
+
+
+def parse_action(text: str, protocol: Protocol) -> ParsedAction:
+    return parse_retool(text) if protocol == "retool" else parse_tool_calls(text)
+
+
+def interpreter_block(output: str) -> str:
+    """ReTool's layout around an interpreter result appended after ``</code>``."""
+    return f"\n<interpreter>\n{output}\n</interpreter>\n\n"
+
+
+def tool_message(output: str) -> dict[str, str]:
+    return {"role": "tool", "content": output}
+
+
+def code_action(code: str, lead: str = "", protocol: Protocol = "retool") -> str:
+    """An action that runs ``code``, the way a well-behaved model writes it."""
+    if protocol == "retool":
+        return f"{lead}{CODE_OPEN}\n```python\n{code}\n```\n{CODE_CLOSE}"
+    call = json.dumps({"name": TOOL_NAME, "arguments": {"code": code}})
+    return f"{lead}{CALL_OPEN}\n{call}\n{CALL_CLOSE}"
+
+
+def tool_spec(description: str) -> dict[str, Any]:
+    """The JSON-schema tool handed to the chat template (OpenAI function format)."""
+    return {
+        "type": "function",
+        "function": {
+            "name": TOOL_NAME,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {"code": {"type": "string", "description": "Python source to run."}},
+                "required": ["code"],
+            },
+        },
+    }

@@ -1,0 +1,268 @@
+"""SearchR1Env: one question, searched and answered under either protocol.
+
+Turn budget: ``max_turns`` turns may search (an invalid action uses one too, as in
+Search-R1, so a model cannot stall forever); then one last turn is generated with
+searching disabled (``</search>`` is no longer a stop sequence and a hint says to
+answer). The episode ends at the first turn whose deciding block is an answer, or
+after that last turn. Its reward is the score of the last ``<answer>`` in everything
+the model wrote (Search-R1's rule), paid on the final step.
+
+Retrieval failures (a dead server after its retries) raise :class:`RetrieverError`
+by default, so the collector retries or fails the whole group instead of training
+on a zero reward the model did not earn; ``on_retrieval_error="end"`` ends the
+episode with stop reason ``retrieval_error`` instead (for evaluation runs).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from agentenvs.envs.search_r1 import prompts
+from agentenvs.envs.search_r1.data import QATask
+from agentenvs.envs.search_r1.protocol import (
+    TokenCounter,
+    fit_to_budget,
+    format_passages,
+    information_wrapper,
+    parse_tags,
+    parse_tool_turn,
+    tags_turn_well_formed,
+    tool_error_json,
+    tool_result_body,
+    tool_result_json,
+    tool_turn_well_formed,
+)
+from agentenvs.envs.search_r1.retrievers import make_retriever
+from agentenvs.envs.search_r1.retrievers.base import Passage, RetrieverError
+from agentenvs.envs.search_r1.reward import score_response
+from agentenvs.envs.text import Message, TextEnv, TextStep
+from agentenvs.envs.types import Metrics, SamplerStopReason, StopReason
+
+if TYPE_CHECKING:
+    from agentenvs.envs.search_r1.config import SearchR1Config
+
+RETRIEVAL_ERROR = "retrieval_error"
+WRONG_ANSWER = "nobody knows"
+
+
+class SearchR1Env(TextEnv):
+    def __init__(self, task: QATask, config: SearchR1Config, count_tokens: TokenCounter) -> None:
+        self.task = task
+        self.config = config
+        self.count_tokens = count_tokens
+        self.turns_used = 0  # turns that searched or were invalid
+        self.searches = 0
+        self.invalid = 0
+        self.truncated = 0
+        self.actions: list[str] = []
+        self.well_formed = True
+        self.seen: list[str] = []  # raw text of each search's passages, for the oracle
+
+    # ---- prompt -----------------------------------------------------------------------
+    @property
+    def tool_protocol(self) -> bool:
+        return self.config.protocol == "tool_call"
+
+    def initial_messages(self) -> list[Message]:
+        if self.task.prompt is not None:
+            content = self.task.prompt
+        else:
+            template = self.config.prompt_template or (
+                prompts.TOOL_PROMPT if self.tool_protocol else prompts.TAGS_PROMPT
+            )
+            content = prompts.render_prompt(template, self.task.question)
+        messages: list[Message] = []
+        if self.config.system_prompt:
+            messages.append({"role": "system", "content": self.config.system_prompt})
+        messages.append({"role": "user", "content": content})
+        return messages
+
+    def stop_sequences(self) -> list[str]:
+        if self.tool_protocol:
+            return []
+        return ["</answer>"] if self.final_turn else ["</search>", "</answer>"]
+
+    def tools(self) -> list[dict[str, Any]] | None:
+        return [prompts.SEARCH_TOOL] if self.tool_protocol else None
+
+    @property
+    def final_turn(self) -> bool:
+        return self.turns_used >= self.config.max_turns
+
+    # ---- one turn ---------------------------------------------------------------------
+    async def step(self, action_text: str, *, stop_reason: SamplerStopReason) -> TextStep:
+        self.actions.append(action_text)
+        if self.tool_protocol:
+            return await self._tool_step(action_text)
+        return await self._tags_step(action_text, stop_reason)
+
+    async def _tags_step(self, text: str, stop_reason: SamplerStopReason) -> TextStep:
+        action = parse_tags(text, stopped_on_sequence=stop_reason == "stop")
+        self.well_formed &= tags_turn_well_formed(text)
+        if action.kind == "answer":
+            return self._finish(StopReason.COMPLETED)
+        if self.final_turn:  # searching is disabled on the last turn
+            return self._finish(StopReason.MAX_TURNS)
+        self.turns_used += 1
+        last = self.final_turn
+        suffix = prompts.LAST_TURN_HINT if last else ""
+        next_stop = ["</answer>"] if last else None
+        if action.kind == "invalid":
+            self.invalid += 1
+            self.well_formed = False
+            return TextStep(
+                prompts.INVALID_ACTION_HINT + suffix, next_stop=next_stop, metrics=self._metrics()
+            )
+        try:
+            hits = (await self._search([action.content]))[0]
+        except RetrieverError as err:
+            return self._retrieval_failed(err)
+        body = format_passages(hits) if hits else prompts.NO_RESULTS
+        observation, cut = fit_to_budget(
+            body, information_wrapper(suffix), self.config.max_obs_tokens, self.count_tokens
+        )
+        self.truncated += cut
+        return TextStep(observation, next_stop=next_stop, metrics=self._metrics())
+
+    async def _tool_step(self, text: str) -> TextStep:
+        turn = parse_tool_turn(text)
+        self.well_formed &= tool_turn_well_formed(text)
+        if turn.kind == "answer":
+            return self._finish(StopReason.COMPLETED)
+        if self.final_turn:
+            return self._finish(StopReason.MAX_TURNS)
+        self.turns_used += 1
+        hint: list[Message] = (
+            [{"role": "user", "content": prompts.LAST_TURN_TOOL_HINT}] if self.final_turn else []
+        )
+        if turn.kind == "invalid":
+            self.invalid += 1
+            self.well_formed = False
+            message = prompts.INVALID_TOOL_HINT
+            if self.final_turn:
+                message += " " + prompts.LAST_TURN_TOOL_HINT
+            return TextStep({"role": "user", "content": message}, metrics=self._metrics())
+        valid = [call for call in turn.calls if call.error is None]
+        if len(valid) < len(turn.calls):
+            self.well_formed = False
+        queries = [q for call in valid for q in call.queries][: self.config.max_queries_per_turn]
+        try:
+            found = await self._search(queries) if queries else []
+        except RetrieverError as err:
+            return self._retrieval_failed(err)
+        messages: list[Message] = []
+        results = iter(found)
+        budget = len(queries)
+        for call in turn.calls:
+            if call.error is not None:
+                content = tool_error_json(call.error)
+            else:
+                take = min(len(call.queries), budget)
+                budget -= take
+                hits = [next(results) for _ in range(take)]
+                content = (
+                    self._tool_content(hits)
+                    if hits
+                    else tool_error_json(
+                        f"at most {self.config.max_queries_per_turn} queries per turn"
+                    )
+                )
+            messages.append({"role": "tool", "content": content})
+        return TextStep(messages + hint, metrics=self._metrics())
+
+    def _tool_content(self, hits: list[list[Passage]]) -> str:
+        content, cut = fit_to_budget(
+            tool_result_body(hits), tool_result_json, self.config.max_obs_tokens, self.count_tokens
+        )
+        self.truncated += cut
+        return content
+
+    async def _search(self, queries: list[str]) -> list[list[Passage]]:
+        retriever = make_retriever(self.config.retriever)
+        found = await retriever.search(queries, self.config.retriever.topk)
+        self.searches += 1
+        self.seen.extend("\n".join(p.contents for p in hits) for hits in found)
+        return found
+
+    # ---- the end ----------------------------------------------------------------------
+    def _metrics(self) -> Metrics:
+        return {
+            "searches": self.searches,
+            "invalid_actions": self.invalid,
+            "obs_truncated": self.truncated,
+        }
+
+    def _finish(self, reason: str) -> TextStep:
+        score = score_response(
+            "".join(self.actions),
+            self.task.golden_answers,
+            mode=self.config.reward,
+            well_formed=self.well_formed and reason == StopReason.COMPLETED,
+            format_weight=self.config.format_weight,
+        )
+        metrics = self._metrics()
+        metrics.update(
+            answered=int(score.answer is not None),
+            em=score.em,
+            f1=score.f1,
+            well_formed=int(score.well_formed),
+        )
+        logs: dict[str, str | int | float] = {
+            "task_id": self.task.id,
+            "answer": score.answer or "",
+            "golden_answers": json.dumps(list(self.task.golden_answers)),
+        }
+        return TextStep(
+            reward=score.reward, done=True, stop_reason=reason, metrics=metrics, logs=logs
+        )
+
+    def _retrieval_failed(self, err: RetrieverError) -> TextStep:
+        if self.config.on_retrieval_error == "raise":
+            raise err
+        return TextStep(
+            reward=0.0,
+            done=True,
+            stop_reason=RETRIEVAL_ERROR,
+            metrics={**self._metrics(), "retrieval_errors": 1},
+            logs={"task_id": self.task.id, "error": str(err)[:500]},
+        )
+
+    # ---- scripted policies ------------------------------------------------------------
+    def scripted_action(self, variant: str = "oracle") -> str | None:
+        """``oracle`` searches each hop, checks the passages, answers; ``wrong`` searches
+        then answers wrongly; ``malformed`` never uses the protocol's tags."""
+        hops = [h.query for h in self.task.hops] or [self._question_query()]
+        if variant == "malformed":
+            return f"I believe the answer is {self.task.golden_answers[0]}."
+        if variant == "wrong":
+            if self.searches == 0 and not self.final_turn:
+                return self._search_text(hops[0])
+            return self._answer_text(WRONG_ANSWER)
+        if variant != "oracle":
+            return None
+        if self.searches < len(hops) and not self.final_turn:
+            return self._search_text(hops[self.searches])
+        return self._answer_text(self._oracle_answer())
+
+    def _question_query(self) -> str:
+        """The bare question as a query (a pre-rendered prompt loses its instructions)."""
+        text = self.task.question.rsplit("Question:", 1)[-1]
+        return " ".join(re.sub(r"</?[A-Za-z_]+>", " ", text).split())
+
+    def _oracle_answer(self) -> str:
+        """The golden answer only if every hop's evidence showed up in its results."""
+        for i, hop in enumerate(self.task.hops):
+            if hop.evidence and (i >= len(self.seen) or hop.evidence not in self.seen[i]):
+                return "unknown"
+        return self.task.golden_answers[0]
+
+    def _search_text(self, query: str) -> str:
+        if self.tool_protocol:
+            call = json.dumps({"name": "search", "arguments": {"query_list": [query]}})
+            return f"<think>I will search for it.</think>\n<tool_call>{call}</tool_call>"
+        return f"<think>I need to look up: {query}.</think>\n<search> {query} </search>"
+
+    def _answer_text(self, answer: str) -> str:
+        return f"<think>I can answer now.</think>\n<answer> {answer} </answer>"

@@ -1,0 +1,68 @@
+"""Prompt texts written for agentenvs (users pass their own with ``prompt_template``).
+
+A template is any text with a ``{question}`` field (other braces are kept as written).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TAGS_PROMPT = (
+    "Answer the question below. You have a search engine over an encyclopedia.\n"
+    "- Reason inside <think> and </think> whenever you need to.\n"
+    "- To look something up, write <search> your query </search>. The best matching "
+    "passages come back between <information> and </information>. You may search "
+    "more than once.\n"
+    "- When you are sure, write only the short answer between <answer> and </answer>, "
+    "for example <answer> Ada Lovelace </answer>.\n\n"
+    "Question: {question}\n"
+)
+
+TOOL_PROMPT = (
+    "Answer the question below. You can call the `search` tool with a list of queries; "
+    "it returns the best matching encyclopedia passages for each. Reason inside <think> "
+    "and </think> when it helps. When you are sure, reply with only the short answer "
+    "between <answer> and </answer>, for example <answer> Ada Lovelace </answer>.\n\n"
+    "Question: {question}"
+)
+
+INVALID_ACTION_HINT = (
+    "\nThat was not a valid action. To search, put a query between <search> and "
+    "</search>; to finish, put the answer between <answer> and </answer>.\n"
+)
+INVALID_TOOL_HINT = (
+    "Your message neither called the search tool nor gave an answer. Call `search` with "
+    "a query_list, or write the answer between <answer> and </answer>."
+)
+LAST_TURN_HINT = "No searches remain: write the final answer between <answer> and </answer>.\n\n"
+LAST_TURN_TOOL_HINT = (
+    "No searches remain: reply with the final answer between <answer> and </answer>."
+)
+NO_RESULTS = "No passages matched the query."
+
+SEARCH_TOOL: dict[str, Any] = {
+    # verl's search tool schema: one argument, a list of queries.
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search an encyclopedia. Returns the best matching passages for each query.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query_list": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "One or more complete search queries.",
+                }
+            },
+            "required": ["query_list"],
+        },
+    },
+}
+
+
+def render_prompt(template: str, question: str) -> str:
+    """Fill ``{question}``; other braces in a user's template are left alone."""
+    if "{question}" not in template:
+        raise ValueError("prompt_template must contain a {question} field")
+    return template.replace("{question}", question)

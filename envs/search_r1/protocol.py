@@ -1,0 +1,207 @@
+"""The two action protocols, as pure text functions (parsing, formatting, capping).
+
+* ``tags`` (Search-R1): the first ``<search>`` or ``<answer>`` block of a turn decides
+  the action; search results come back as ``\\n\\n<information>...</information>\\n\\n``
+  inside the same assistant turn, passages formatted ``Doc i(Title: <first line>)
+  <rest>`` one per line (Search-R1's ``_passages2string``).
+* ``tool_call`` (verl): the model calls a ``search`` tool with ``query_list`` through
+  ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` blocks (Hermes/Qwen style);
+  each call is answered by a ``tool`` message holding ``{"result": ...}`` with verl's
+  passage layout (``Doc i (Title: t)\\ntext``, queries separated by ``\\n---\\n``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentenvs.envs.search_r1.corpus import split_title
+from agentenvs.envs.search_r1.prompts import NO_RESULTS
+from agentenvs.envs.search_r1.retrievers.base import Passage
+
+Protocol = Literal["tags", "tool_call"]
+TokenCounter = Callable[[str], int]
+
+_BLOCK = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+_OPEN_TAIL = re.compile(r"<(search|answer)>((?:(?!</?(?:search|answer)>).)*)$", re.DOTALL)
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_FIRST_ACTION = re.compile(r"<tool_call>|<answer>")
+_THINK = r"(?:<think>(?:(?!</?think>).)*</think>\s*)?"
+_TAGS_TURN = re.compile(
+    rf"\s*{_THINK}(?:<search>(?:(?!</?search>).)*</search>|<answer>(?:(?!</?answer>).)*</answer>)\s*",
+    re.DOTALL,
+)
+_TOOL_TURN = re.compile(
+    rf"\s*{_THINK}(?:(?:<tool_call>(?:(?!</?tool_call>).)*</tool_call>\s*)+"
+    r"|<answer>(?:(?!</?answer>).)*</answer>\s*)",
+    re.DOTALL,
+)
+
+
+# ---- tags protocol -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TagAction:
+    kind: Literal["search", "answer", "invalid"]
+    content: str = ""
+
+
+def parse_tags(text: str, *, stopped_on_sequence: bool = False) -> TagAction:
+    """The deciding action of one turn.
+
+    A sampler that honours the ``</search>`` stop sequence but leaves it out of its
+    output (``stopped_on_sequence`` with an unclosed last block) still searched.
+    """
+    match = _BLOCK.search(text)
+    if match:
+        return TagAction(match.group(1), match.group(2).strip())  # type: ignore[arg-type]
+    if stopped_on_sequence:
+        tail = _OPEN_TAIL.search(text)
+        if tail:
+            return TagAction(tail.group(1), tail.group(2).strip())  # type: ignore[arg-type]
+    return TagAction("invalid")
+
+
+def format_passages(passages: list[Passage]) -> str:
+    """Search-R1's layout: ``Doc i(Title: <first line>) <rest>``, one passage per line."""
+    lines = []
+    for i, passage in enumerate(passages, start=1):
+        title, text = split_title(passage.contents)
+        lines.append(f"Doc {i}(Title: {title}) {text}\n")
+    return "".join(lines)
+
+
+def information_wrapper(suffix: str = "") -> Callable[[str], str]:
+    """Places a body in Search-R1's block: ``\\n\\n<information>body</information>\\n\\n``.
+
+    ``suffix`` follows the block (the last-turn hint) and is never cut.
+    """
+    return lambda body: f"\n\n<information>{body.strip()}</information>\n\n{suffix}"
+
+
+def tags_turn_well_formed(text: str) -> bool:
+    """An optional ``<think>`` block, then exactly one search or answer block."""
+    return _TAGS_TURN.fullmatch(text) is not None
+
+
+# ---- tool-call protocol --------------------------------------------------------------
+
+
+@dataclass
+class ToolCall:
+    queries: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class ToolTurn:
+    kind: Literal["search", "answer", "invalid"]
+    calls: list[ToolCall] = field(default_factory=list)
+    answer: str = ""
+
+
+def _parse_call(raw: str) -> ToolCall:
+    try:
+        call = json.loads(raw.strip())
+    except json.JSONDecodeError as err:
+        return ToolCall(error=f"the tool call is not valid JSON ({err.msg})")
+    if not isinstance(call, dict):
+        return ToolCall(error="the tool call must be a JSON object")
+    if call.get("name") != "search":
+        return ToolCall(error=f"unknown tool {call.get('name')!r}; the only tool is 'search'")
+    args = call.get("arguments", call.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            return ToolCall(error="the arguments are not valid JSON")
+    if not isinstance(args, dict):
+        return ToolCall(error="the arguments must be a JSON object")
+    queries = args.get("query_list", args.get("query"))
+    if isinstance(queries, str):
+        queries = [queries]
+    if not isinstance(queries, list):
+        return ToolCall(error="'query_list' must be a list of strings")
+    cleaned = [q.strip() for q in queries if isinstance(q, str) and q.strip()]
+    if not cleaned:
+        return ToolCall(error="'query_list' holds no non-empty query")
+    return ToolCall(queries=cleaned)
+
+
+def parse_tool_turn(text: str) -> ToolTurn:
+    """Whichever comes first decides: ``<tool_call>`` blocks (all of them) or ``<answer>``."""
+    first = _FIRST_ACTION.search(text)
+    if first is None:
+        return ToolTurn("invalid")
+    if first.group(0) == "<answer>":
+        match = _BLOCK.search(text, first.start())
+        if match and match.group(1) == "answer":
+            return ToolTurn("answer", answer=match.group(2).strip())
+        return ToolTurn("invalid")
+    calls = [_parse_call(raw) for raw in _TOOL_CALL.findall(text)]
+    return ToolTurn("search", calls=calls) if calls else ToolTurn("invalid")
+
+
+def format_passages_verl(passages: list[Passage]) -> str:
+    """verl's search tool layout: ``Doc i (Title: t)\\ntext``, blank line between."""
+    parts = []
+    for i, passage in enumerate(passages, start=1):
+        title, text = split_title(passage.contents)
+        parts.append(f"Doc {i} (Title: {title})\n{text}\n\n")
+    return "".join(parts).strip()
+
+
+def tool_result_body(results: list[list[Passage]]) -> str:
+    blocks = [format_passages_verl(hits) if hits else NO_RESULTS for hits in results]
+    return "\n---\n".join(blocks)
+
+
+def tool_result_json(body: str) -> str:
+    return json.dumps({"result": body}, ensure_ascii=False)
+
+
+def tool_error_json(error: str) -> str:
+    return json.dumps({"error": error}, ensure_ascii=False)
+
+
+def tool_turn_well_formed(text: str) -> bool:
+    return _TOOL_TURN.fullmatch(text) is not None
+
+
+# ---- observation length cap ------------------------------------------------------------
+
+
+def approximate_counter(chars_per_token: float) -> TokenCounter:
+    """A tokenizer-free estimate, for text-only use (the gymnasium wrapper)."""
+    return lambda text: math.ceil(len(text) / chars_per_token)
+
+
+def tokenizer_counter(tokenizer: Any) -> TokenCounter:
+    """Counts exactly what a renderer appends: ``encode(text, add_special_tokens=False)``."""
+    return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
+
+
+def fit_to_budget(
+    body: str, wrap: Callable[[str], str], budget: int | None, count: TokenCounter
+) -> tuple[str, bool]:
+    """``wrap(body[:n])`` for the largest ``n`` whose token count is within ``budget``.
+
+    Returns the text and whether it was cut. Only the body is cut: the wrapper's tags
+    always stay whole, so the model always sees a closed ``</information>``.
+    """
+    full = wrap(body)
+    if budget is None or count(full) <= budget:
+        return full, False
+    lo, hi = 0, len(body)  # wrap(body[:lo]) fits (or lo == 0), wrap(body[:hi]) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if count(wrap(body[:mid])) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return wrap(body[:lo]), True

@@ -1,0 +1,34 @@
+"""The retriever interface every Search-R1 backend implements (bm25, lucene, dense, http)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+
+@dataclass
+class Passage:
+    """One retrieved passage, in Search-R1's corpus layout.
+
+    ``contents`` is ``"Title"\\ntext`` as in Search-R1/FlashRAG corpora; ``score`` is
+    None when the backend (or a remote server) gives none.
+    """
+
+    id: str
+    contents: str
+    score: float | None = None
+
+
+class RetrieverError(RuntimeError):
+    """Retrieval failed (a dead server, a missing index); the message says which."""
+
+
+class Retriever(ABC):
+    """Batched search. Implementations are safe to call from many envs concurrently."""
+
+    @abstractmethod
+    async def search(self, queries: list[str], topk: int) -> list[list[Passage]]:
+        """One ranked list per query, best first, at most ``topk`` long."""
+
+    async def close(self) -> None:
+        """Release clients, JVMs are kept (pyjnius cannot restart one)."""

@@ -1,0 +1,156 @@
+"""Micro-batching: many concurrent callers, one batched backend call.
+
+Envs search one query at a time, but every backend is far cheaper per query in
+batches (one HTTP round trip, one pass of Python overhead). A :class:`MicroBatcher`
+collects submissions for up to ``max_wait_s`` (or until ``max_batch`` queries wait),
+runs them as one batch, and hands each caller its own slice of the results. A
+failed batch fails every caller in it with the same exception.
+
+Batches adapt to load: with ``max_concurrency`` batches already running, new
+submissions keep waiting and are merged, and the moment a batch finishes the next
+one leaves with everything that queued up meanwhile (up to ``max_batch``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+Value = TypeVar("Value")
+
+
+@dataclass
+class _Pending(Generic[Item, Result]):
+    items: list[Item]
+    future: asyncio.Future[list[Result]]
+
+
+@dataclass
+class MicroBatcher(Generic[Item, Result]):
+    """Batches submissions made on one event loop (see :class:`PerLoop` for many loops)."""
+
+    run_batch: Callable[[list[Item]], Awaitable[list[Result]]]
+    max_batch: int = 64
+    max_wait_s: float = 0.002
+    max_concurrency: int | None = None
+    _pending: deque[_Pending[Item, Result]] = field(default_factory=deque, init=False)
+    _pending_count: int = field(default=0, init=False)
+    _timer: asyncio.Handle | None = field(default=None, init=False)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+
+    async def submit(self, items: list[Item]) -> list[Result]:
+        if not items:
+            return []
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Result]] = loop.create_future()
+        self._pending.append(_Pending(list(items), future))
+        self._pending_count += len(items)
+        if self._pending_count >= self.max_batch:
+            self._flush()
+        elif self._timer is None:
+            if self.max_wait_s > 0:
+                self._timer = loop.call_later(self.max_wait_s, self._flush)
+            else:  # still gather everything submitted in this loop iteration
+                self._timer = loop.call_soon(self._flush)
+        return await future
+
+    def _has_slot(self) -> bool:
+        return self.max_concurrency is None or len(self._tasks) < self.max_concurrency
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        while self._pending and self._has_slot():
+            batch: list[_Pending[Item, Result]] = []
+            count = 0
+            while self._pending and (
+                not batch or count + len(self._pending[0].items) <= self.max_batch
+            ):
+                entry = self._pending.popleft()
+                self._pending_count -= len(entry.items)
+                if entry.future.cancelled():
+                    continue
+                batch.append(entry)
+                count += len(entry.items)
+            if batch:
+                task = asyncio.get_running_loop().create_task(self._run(batch))
+                self._tasks.add(task)
+                task.add_done_callback(self._batch_done)
+
+    def _batch_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._pending:  # these already waited: send them now
+            self._flush()
+
+    async def _run(self, batch: list[_Pending[Item, Result]]) -> None:
+        flat = [item for entry in batch for item in entry.items]
+        try:
+            results = await self.run_batch(flat)
+            if len(results) != len(flat):
+                raise RuntimeError(f"batch of {len(flat)} queries got {len(results)} results")
+        except asyncio.CancelledError:
+            for entry in batch:
+                entry.future.cancel()
+            raise
+        except Exception as err:  # every caller of the batch learns why it failed
+            for entry in batch:
+                if not entry.future.done():
+                    entry.future.set_exception(err)
+            return
+        start = 0
+        for entry in batch:
+            end = start + len(entry.items)
+            if not entry.future.done():
+                entry.future.set_result(results[start:end])
+            start = end
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for entry in self._pending:
+            if not entry.future.done():
+                entry.future.cancel()
+        self._pending.clear()
+        self._pending_count = 0
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class PerLoop(Generic[Value]):
+    """One value per running event loop, made on first use.
+
+    Asyncio objects (futures, HTTP clients) belong to the loop that made them; a
+    retriever shared by a whole process (the collector's loop, a gymnasium wrapper's
+    private loop, a test's loop) keeps one of each per loop.
+    """
+
+    def __init__(self, factory: Callable[[], Value]) -> None:
+        self._factory = factory
+        self._values: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Value] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self) -> Value:
+        loop = asyncio.get_running_loop()
+        value = self._values.get(loop)
+        if value is None:
+            value = self._factory()
+            self._values[loop] = value
+        return value
+
+    def pop_current(self) -> Value | None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        return self._values.pop(loop, None)

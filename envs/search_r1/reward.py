@@ -1,0 +1,98 @@
+"""Answer scoring: SQuAD-normalised exact match, token F1, and a format-aware variant.
+
+The scored answer is the *last* ``<answer>...</answer>`` in the model's own text (the
+actions of the episode, never the retrieved passages), as in Search-R1. Normalisation
+is SQuAD's: lower-case, drop punctuation, drop the articles a/an/the, collapse
+whitespace. A prediction is right when it matches any golden answer.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+RewardMode = Literal["em", "f1", "format"]
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    text = text.lower().translate(_PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def extract_answer(response: str) -> str | None:
+    """The content of the last ``<answer>`` block, stripped; None if there is none."""
+    matches = _ANSWER.findall(response)
+    return matches[-1].strip() if matches else None
+
+
+def exact_match(prediction: str, golden: Sequence[str]) -> float:
+    pred = normalize_answer(prediction)
+    return float(any(pred == normalize_answer(g) for g in golden))
+
+
+def token_f1(prediction: str, golden: Sequence[str]) -> float:
+    """The best SQuAD token F1 of ``prediction`` against any golden answer."""
+    pred_tokens = normalize_answer(prediction).split()
+    best = 0.0
+    for answer in golden:
+        gold_tokens = normalize_answer(answer).split()
+        common = Counter(pred_tokens) & Counter(gold_tokens)
+        overlap = sum(common.values())
+        if overlap == 0:
+            continue
+        precision = overlap / len(pred_tokens)
+        recall = overlap / len(gold_tokens)
+        best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+@dataclass(frozen=True)
+class Score:
+    reward: float
+    answer: str | None
+    em: float
+    f1: float
+    well_formed: bool
+
+
+def score_response(
+    response: str,
+    golden: Sequence[str],
+    *,
+    mode: RewardMode = "em",
+    well_formed: bool = True,
+    format_weight: float = 0.2,
+) -> Score:
+    """Score an episode's text.
+
+    ``em`` and ``f1`` give the match itself. ``format`` rewards the protocol too:
+    1 for a right answer in a well-formed episode, ``1 - format_weight`` for a right
+    answer in a malformed one, ``format_weight`` for a wrong answer in a well-formed
+    one, and 0 otherwise (this project's own weighting, in the spirit of Search-R1's
+    format-aware reward).
+    """
+    answer = extract_answer(response)
+    em = exact_match(answer, golden) if answer is not None else 0.0
+    f1 = token_f1(answer, golden) if answer is not None else 0.0
+    formed = well_formed and answer is not None
+    if mode == "em":
+        reward = em
+    elif mode == "f1":
+        reward = f1
+    elif mode == "format":
+        if em:
+            reward = 1.0 if formed else 1.0 - format_weight
+        else:
+            reward = format_weight if formed else 0.0
+    else:  # pragma: no cover - pydantic rejects other modes first
+        raise ValueError(f"unknown reward mode {mode!r}")
+    return Score(reward=reward, answer=answer, em=em, f1=f1, well_formed=formed)

@@ -1,0 +1,594 @@
+"""``agentenvs check``: the checks a careful person runs before trusting a run's data.
+
+Moving an RL run between trainers goes wrong in a few recurring ways: the input
+settings changed mid-run, logprobs or masks drifted off their tokens, advantages
+leaked onto environment tokens or were normalised differently than claimed,
+samples came from stale weights, or a trainer re-tokenized text the policy never
+saw as those tokens. Each check here reads the data itself (a trajectory store or
+a JSONL hand-off) and names the first offending trajectory and token position.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from agentenvs.rollout.advantages import ESTIMATORS, group_advantages
+from agentenvs.rollout.records import GroupRecord
+from agentenvs.rollout.samples import TrainingSample, trajectory_to_samples
+
+Status = Literal["pass", "fail", "warn", "skip"]
+
+CHECKS = (
+    "fixed_input",
+    "fixed_trajectory",
+    "loss_inputs",
+    "completion_boundaries",
+    "re_rendering",
+)
+
+_PREFIX_BREAK_METRIC = "renderer/prefix_breaks"
+_TOLERANCE = 1e-6
+
+
+@dataclass
+class Finding:
+    check: str
+    status: Status
+    detail: str
+    where: str = ""
+    """The first offender: group key, trajectory, sample and token position."""
+
+
+@dataclass
+class CheckReport:
+    source: str
+    kind: Literal["trajectories", "samples"]
+    findings: list[Finding] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.status == "fail" for f in self.findings)
+
+    def by_check(self, name: str) -> list[Finding]:
+        return [f for f in self.findings if f.check == name]
+
+    def status(self, name: str) -> Status:
+        statuses = {f.status for f in self.by_check(name)}
+        for status in ("fail", "warn", "pass"):
+            if status in statuses:
+                return status  # type: ignore[return-value]
+        return "skip"
+
+
+# ---------------------------------------------------------------------------- samples
+
+
+def _sample_where(sample: TrainingSample, position: int | None = None, key: str = "") -> str:
+    head = (
+        f"group {key or sample.group_index} traj {sample.traj_index} sample {sample.sample_index}"
+    )
+    return head if position is None else f"{head} token {position}"
+
+
+def check_sample_alignment(samples: Sequence[TrainingSample], keys: Sequence[str] = ()) -> Finding:
+    """Per-token lists line up, and nothing but sampled tokens carries loss or logprob."""
+    for i, s in enumerate(samples):
+        key = keys[i] if i < len(keys) else ""
+        n = len(s.tokens)
+        lengths = {
+            "loss_mask": len(s.loss_mask),
+            "logprobs": len(s.logprobs),
+            "advantages": len(s.advantages),
+        }
+        bad = {k: v for k, v in lengths.items() if v != n}
+        if bad:
+            return Finding(
+                "fixed_trajectory",
+                "fail",
+                f"{n} tokens but {bad}: per-token lists do not line up",
+                _sample_where(s, key=key),
+            )
+        for pos in range(n):
+            mask = s.loss_mask[pos]
+            if mask not in (0, 1):
+                return Finding(
+                    "fixed_trajectory", "fail", f"mask value {mask!r}", _sample_where(s, pos, key)
+                )
+            if mask == 0 and s.logprobs[pos] != 0.0:
+                return Finding(
+                    "fixed_trajectory",
+                    "fail",
+                    f"logprob {s.logprobs[pos]:.4g} on a token outside the loss mask: "
+                    "logprobs are shifted or the mask misses a sampled token",
+                    _sample_where(s, pos, key),
+                )
+        first_in_loss = next((i for i, m in enumerate(s.loss_mask) if m == 1), None)
+        if first_in_loss is not None and first_in_loss < s.prompt_length:
+            return Finding(
+                "fixed_trajectory",
+                "fail",
+                f"loss mask covers a prompt token (the prompt has {s.prompt_length} tokens)",
+                _sample_where(s, first_in_loss, key),
+            )
+        real_logprobs = s.has_logprobs and any(
+            lp != 0.0 for lp, m in zip(s.logprobs, s.loss_mask, strict=False) if m == 1
+        )
+        if real_logprobs:
+            # A sampler that reports logprobs gives one for every token it sampled; a
+            # masked-in token without one was not sampled (an observation token).
+            for pos, (m, lp) in enumerate(zip(s.loss_mask, s.logprobs, strict=False)):
+                if m == 1 and lp == 0.0:
+                    return Finding(
+                        "fixed_trajectory",
+                        "fail",
+                        "loss mask covers a token with no sampler logprob: an environment "
+                        "token is being trained on",
+                        _sample_where(s, pos, key),
+                    )
+        if n and s.loss_mask[0] == 1:
+            return Finding(
+                "fixed_trajectory",
+                "fail",
+                "the first token is in the loss mask, but nothing predicts it (no context)",
+                _sample_where(s, 0, key),
+            )
+    return Finding(
+        "fixed_trajectory", "pass", f"{len(samples)} samples: tokens, masks and logprobs line up"
+    )
+
+
+def check_sample_loss_inputs(
+    samples: Sequence[TrainingSample], keys: Sequence[str] = ()
+) -> Finding:
+    for i, s in enumerate(samples):
+        key = keys[i] if i < len(keys) else ""
+        for pos, (mask, adv) in enumerate(zip(s.loss_mask, s.advantages, strict=False)):
+            if mask == 0 and adv != 0.0:
+                return Finding(
+                    "loss_inputs",
+                    "fail",
+                    f"advantage {adv:.4g} on a masked (non-sampled) token",
+                    _sample_where(s, pos, key),
+                )
+            if mask == 1 and abs(adv - s.advantage) > _TOLERANCE:
+                return Finding(
+                    "loss_inputs",
+                    "fail",
+                    f"advantage {adv:.4g} differs from the trajectory's {s.advantage:.4g}",
+                    _sample_where(s, pos, key),
+                )
+    return Finding("loss_inputs", "pass", "no advantage on masked tokens")
+
+
+def check_estimator(
+    per_group: dict[Any, list[tuple[float, float]]], estimator: dict[str, Any] | None, label: str
+) -> Finding:
+    """Recompute each group's advantages from its rewards with the recorded estimator."""
+    if not estimator or estimator.get("estimator") not in ESTIMATORS:
+        return Finding("loss_inputs", "warn", "no advantage estimator recorded: not re-checked")
+    name = estimator["estimator"]
+    normalize = bool(estimator.get("normalize_std", False))
+    eps = float(estimator.get("eps", 1e-6))
+    for group, pairs in per_group.items():
+        rewards = [r for r, _ in pairs]
+        recorded = [a for _, a in pairs]
+        expected = group_advantages(rewards, name, normalize_std=normalize, eps=eps)
+        for t, (got, want) in enumerate(zip(recorded, expected, strict=True)):
+            if not math.isclose(got, want, rel_tol=1e-5, abs_tol=1e-5):
+                return Finding(
+                    "loss_inputs",
+                    "fail",
+                    f"advantage {got:.6g} but {name}"
+                    f"{' (std-normalised)' if normalize else ''} of the rewards gives {want:.6g}",
+                    f"{label} {group} traj {t}",
+                )
+    return Finding(
+        "loss_inputs",
+        "pass",
+        f"advantages match the recorded estimator ({name}"
+        f"{', std-normalised' if normalize else ''}) in {len(per_group)} groups",
+    )
+
+
+def constant_reward_groups(per_group: dict[Any, list[tuple[float, float]]]) -> Finding:
+    constant = [g for g, pairs in per_group.items() if len({r for r, _ in pairs}) <= 1]
+    if not constant:
+        return Finding("loss_inputs", "pass", "no constant-reward groups")
+    return Finding(
+        "loss_inputs",
+        "warn",
+        f"{len(constant)} of {len(per_group)} groups have one reward for every trajectory "
+        "(zero advantage: no learning signal)",
+        f"first: group {constant[0]}",
+    )
+
+
+# ------------------------------------------------------------------------- trajectories
+
+
+def _samples(traj: Any, advantage: float, **kwargs: Any) -> list[TrainingSample]:
+    """Samples of a trajectory, or none when its logprobs do not fit its tokens (that
+    trajectory is reported by :func:`check_logprob_lengths`, not checked further)."""
+    try:
+        return trajectory_to_samples(traj, advantage, **kwargs)
+    except ValueError:
+        return []
+
+
+def _fingerprint_fields(provenance: dict[str, Any]) -> dict[str, Any]:
+    tokenizer = provenance.get("tokenizer", {}) or {}
+    env = provenance.get("env", {}) or {}
+    return {
+        "tokenizer.vocab_sha256": tokenizer.get("vocab_sha256"),
+        "tokenizer.chat_template_sha256": tokenizer.get("chat_template_sha256"),
+        "env.renderer": env.get("renderer"),
+        "env.protocol": env.get("protocol"),
+        "env.config_sha256": env.get("config_sha256"),
+        "sampling": json.dumps(provenance.get("sampling"), sort_keys=True),
+        "stop_conditions": json.dumps(provenance.get("stop_conditions"), sort_keys=True),
+    }
+
+
+def check_fixed_input(records: Sequence[GroupRecord]) -> list[Finding]:
+    with_provenance = [r for r in records if r.provenance.get("tokenizer")]
+    if not with_provenance:
+        return [Finding("fixed_input", "warn", "no provenance recorded: settings not checked")]
+    first = _fingerprint_fields(with_provenance[0].provenance)
+    findings = []
+    for record in with_provenance[1:]:
+        current = _fingerprint_fields(record.provenance)
+        for name, value in current.items():
+            if value != first[name]:
+                findings.append(
+                    Finding(
+                        "fixed_input",
+                        "fail",
+                        f"{name} changed from {first[name]} to {value}",
+                        f"group {record.key}",
+                    )
+                )
+                first[name] = value  # report each change once
+    if not findings:
+        findings.append(
+            Finding(
+                "fixed_input",
+                "pass",
+                f"one tokenizer, template, renderer, env config and sampling setting "
+                f"in {len(with_provenance)} groups",
+            )
+        )
+    return findings
+
+
+def check_action_text(records: Sequence[GroupRecord], tokenizer: Any) -> Finding:
+    """Decoding each sampled span reproduces the text the environment parsed."""
+    checked = 0
+    for record in records:
+        for t, traj in enumerate(record.group.trajectories if record.group else []):
+            for turn, tr in enumerate(traj.transitions):
+                recorded = tr.logs.get("action_text")
+                if recorded is None:
+                    continue
+                decoded = tokenizer.decode(tr.ac.tokens, skip_special_tokens=False)
+                checked += 1
+                if decoded != recorded:
+                    at = next(
+                        (
+                            i
+                            for i, (a, b) in enumerate(zip(decoded, recorded, strict=False))
+                            if a != b
+                        ),
+                        min(len(decoded), len(recorded)),
+                    )
+                    return Finding(
+                        "fixed_trajectory",
+                        "fail",
+                        f"sampled tokens decode to {decoded[at : at + 30]!r} where the env read "
+                        f"{recorded[at : at + 30]!r} (character {at})",
+                        f"group {record.key} traj {t} turn {turn}",
+                    )
+    if not checked:
+        return Finding("fixed_trajectory", "warn", "no recorded action text to compare")
+    return Finding("fixed_trajectory", "pass", f"{checked} sampled spans decode to the text read")
+
+
+def check_logprob_lengths(records: Sequence[GroupRecord]) -> Finding:
+    for record in records:
+        for t, traj in enumerate(record.group.trajectories if record.group else []):
+            for turn, tr in enumerate(traj.transitions):
+                lp = tr.ac.logprobs
+                if lp is not None and len(lp) != len(tr.ac.tokens):
+                    return Finding(
+                        "fixed_trajectory",
+                        "fail",
+                        f"{len(tr.ac.tokens)} sampled tokens but {len(lp)} logprobs",
+                        f"group {record.key} traj {t} turn {turn}",
+                    )
+    return Finding("fixed_trajectory", "pass", "every action has one logprob per token")
+
+
+def check_staleness(
+    records: Sequence[GroupRecord], current_version: int | None, max_staleness: int | None
+) -> list[Finding]:
+    versions = []
+    for record in records:
+        version = (record.provenance.get("policy") or {}).get("weights_version")
+        versions.append((record.key, version))
+    known = [(k, v) for k, v in versions if v is not None]
+    if not known:
+        return [Finding("completion_boundaries", "warn", "no weights version recorded")]
+    if current_version is None:
+        counts = Counter(str(v) for _, v in known)
+        return [
+            Finding(
+                "completion_boundaries",
+                "pass",
+                f"weights versions present: {dict(counts)} (pass --current-version to judge)",
+            )
+        ]
+    histogram: Counter[int] = Counter()
+    worst: tuple[int, str] | None = None
+    for key, version in known:
+        try:
+            staleness = int(current_version) - int(version)
+        except (TypeError, ValueError):
+            return [
+                Finding(
+                    "completion_boundaries",
+                    "fail",
+                    f"weights version {version!r} is not a number",
+                    f"group {key}",
+                )
+            ]
+        histogram[staleness] += 1
+        if max_staleness is not None and staleness > max_staleness and worst is None:
+            worst = (staleness, key)
+    text = ", ".join(f"{s}: {n}" for s, n in sorted(histogram.items()))
+    findings = [Finding("completion_boundaries", "pass", f"staleness histogram {{{text}}}")]
+    if worst is not None:
+        findings.append(
+            Finding(
+                "completion_boundaries",
+                "fail",
+                f"samples {worst[0]} versions behind (max allowed {max_staleness})",
+                f"group {worst[1]}",
+            )
+        )
+    missing = len(versions) - len(known)
+    if missing:
+        findings.append(
+            Finding("completion_boundaries", "warn", f"{missing} groups have no weights version")
+        )
+    return findings
+
+
+def check_re_rendering(
+    records: Sequence[GroupRecord], tokenizer: Any, template_extends: bool
+) -> list[Finding]:
+    """Split points match the recorded prefix breaks; re-tokenizing changes nothing."""
+    findings: list[Finding] = []
+    unexpected = None
+    for record in records:
+        for t, traj in enumerate(record.group.trajectories if record.group else []):
+            samples = _samples(traj, 0.0)
+            if not samples and traj.transitions:
+                continue  # unreadable trajectory, already reported by fixed_trajectory
+            breaks = sum(1 for tr in traj.transitions if tr.metrics.get(_PREFIX_BREAK_METRIC))
+            if len(samples) != 1 + breaks:
+                findings.append(
+                    Finding(
+                        "re_rendering",
+                        "fail",
+                        f"{len(samples)} samples but {breaks} recorded prefix breaks: the context "
+                        "was rewritten without the collector knowing",
+                        f"group {record.key} traj {t}",
+                    )
+                )
+                return findings
+            if breaks and template_extends and unexpected is None:
+                unexpected = f"group {record.key} traj {t}"
+            for s_index, sample in enumerate(samples):
+                text = tokenizer.decode(sample.tokens, skip_special_tokens=False)
+                again = list(tokenizer.encode(text, add_special_tokens=False))
+                if again != sample.tokens:
+                    pos = next(
+                        (
+                            i
+                            for i, (a, b) in enumerate(zip(again, sample.tokens, strict=False))
+                            if a != b
+                        ),
+                        min(len(again), len(sample.tokens)),
+                    )
+                    findings.append(
+                        Finding(
+                            "re_rendering",
+                            "fail",
+                            "re-tokenizing the decoded sequence gives different tokens: a trainer "
+                            "that re-tokenizes text would train on tokens the policy never saw",
+                            f"group {record.key} traj {t} sample {s_index} token {pos}",
+                        )
+                    )
+                    return findings
+    if unexpected:
+        findings.append(
+            Finding(
+                "re_rendering",
+                "warn",
+                "prefix breaks recorded although the template extends the test conversations",
+                unexpected,
+            )
+        )
+    mode = "extends each turn" if template_extends else "rewrites history (splits expected)"
+    findings.append(
+        Finding(
+            "re_rendering",
+            "pass",
+            f"template {mode}; split points match recorded prefix breaks; "
+            "re-tokenizing reproduces every sample",
+        )
+    )
+    return findings
+
+
+def check_records(
+    records: Sequence[GroupRecord],
+    *,
+    source: str = "",
+    tokenizer: Any = None,
+    current_version: int | None = None,
+    max_staleness: int | None = None,
+) -> CheckReport:
+    report = CheckReport(source, "trajectories")
+    ok = [r for r in records if r.status == "ok" and r.group is not None]
+    report.stats = {"groups": len(records), "ok": len(ok), "failed": len(records) - len(ok)}
+    report.findings += check_fixed_input(ok)
+
+    report.findings.append(check_logprob_lengths(ok))
+    samples: list[TrainingSample] = []
+    sample_keys: list[str] = []
+    per_group: dict[Any, list[tuple[float, float]]] = {}
+    estimators = []
+    for record in ok:
+        assert record.group is not None
+        rewards = record.group.total_rewards()
+        advantages = record.extra.get("advantages") or [0.0] * len(rewards)
+        estimators.append(json.dumps(record.extra.get("advantage_estimator"), sort_keys=True))
+        per_group[record.key] = list(zip(rewards, advantages, strict=False))
+        for t, (traj, adv) in enumerate(zip(record.group.trajectories, advantages, strict=False)):
+            for sample in _samples(traj, adv, traj_index=t, reward=rewards[t]):
+                samples.append(sample)
+                sample_keys.append(record.key)
+    report.stats["samples"] = len(samples)
+    report.findings.append(check_sample_alignment(samples, sample_keys))
+    if tokenizer is not None:
+        report.findings.append(check_action_text(ok, tokenizer))
+
+    report.findings.append(check_sample_loss_inputs(samples, sample_keys))
+    distinct = set(estimators)
+    if len(distinct) > 1:
+        report.findings.append(
+            Finding("loss_inputs", "fail", f"{len(distinct)} different advantage estimators")
+        )
+    recorded = json.loads(estimators[0]) if estimators else None
+    if any(r.extra.get("advantages") is not None for r in ok):
+        report.findings.append(check_estimator(per_group, recorded, "group"))
+    else:
+        report.findings.append(Finding("loss_inputs", "warn", "no advantages stored"))
+    report.findings.append(constant_reward_groups(per_group))
+
+    report.findings += check_staleness(ok, current_version, max_staleness)
+
+    if tokenizer is None:
+        report.findings.append(
+            Finding("re_rendering", "skip", "no tokenizer (pass --tokenizer) to re-render with")
+        )
+    else:
+        from agentenvs.rollout.template_check import check_template
+
+        extends = check_template(tokenizer).extends
+        report.findings += check_re_rendering(ok, tokenizer, extends)
+    return report
+
+
+def check_samples(
+    samples: Sequence[TrainingSample], extras: Sequence[dict[str, Any]], *, source: str = ""
+) -> CheckReport:
+    report = CheckReport(source, "samples")
+    report.stats = {"samples": len(samples)}
+    report.findings.append(
+        Finding("fixed_input", "skip", "a samples file carries no provenance; check the store")
+    )
+    report.findings.append(check_sample_alignment(samples))
+    report.findings.append(check_sample_loss_inputs(samples))
+    per_group: dict[Any, dict[int, tuple[float, float]]] = {}
+    for s in samples:
+        per_group.setdefault(s.group_index, {})[s.traj_index] = (s.reward, s.advantage)
+    flat = {g: [v[t] for t in sorted(v)] for g, v in per_group.items()}
+    estimator = next((e.get("advantage_estimator", e) for e in extras if e), None)
+    report.findings.append(check_estimator(flat, estimator, "group"))
+    report.findings.append(constant_reward_groups(flat))
+    report.findings.append(
+        Finding("completion_boundaries", "skip", "a samples file carries no weights versions")
+    )
+    report.findings.append(
+        Finding("re_rendering", "skip", "a samples file carries no conversation to re-render")
+    )
+    return report
+
+
+def _first_json_line(path: Path) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                return json.loads(line)
+    raise ValueError(f"{path} is empty")
+
+
+def _load_lines(path: Path) -> Iterable[dict[str, Any]]:
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
+
+
+def check_file(
+    path: str | Path,
+    *,
+    tokenizer: Any = None,
+    current_version: int | None = None,
+    max_staleness: int | None = None,
+) -> CheckReport:
+    """Check a trajectory store or a JSONL samples hand-off; the kind is detected."""
+    path = Path(path)
+    first = _first_json_line(path)
+    if "trajectories" in first and "key" in first:
+        from agentenvs.rollout.store import TrajectoryStore
+
+        records = list(TrajectoryStore(path).read())
+        return check_records(
+            records,
+            source=str(path),
+            tokenizer=tokenizer,
+            current_version=current_version,
+            max_staleness=max_staleness,
+        )
+    if "loss_mask" in first and "tokens" in first:
+        from agentenvs.rollout.handoff.jsonl import sample_from_json
+
+        samples, extras = [], []
+        for line in _load_lines(path):
+            # Lengths are checked by the report, not refused while loading.
+            samples.append(_lenient_sample(line, sample_from_json))
+            extras.append(line.get("extra") or {})
+        return check_samples(samples, extras, source=str(path))
+    raise ValueError(f"{path}: neither a trajectory store nor a samples file")
+
+
+def _lenient_sample(line: dict[str, Any], strict: Any) -> TrainingSample:
+    try:
+        return strict(line)
+    except ValueError:
+        return TrainingSample(
+            tokens=list(line["tokens"]),
+            loss_mask=list(line["loss_mask"]),
+            logprobs=list(line["logprobs"]),
+            advantages=list(line["advantages"]),
+            group_index=int(line["group_index"]),
+            traj_index=int(line["traj_index"]),
+            sample_index=int(line["sample_index"]),
+            reward=float(line["reward"]),
+            has_logprobs=bool(line.get("has_logprobs", True)),
+            prompt_length=int(line.get("prompt_length", 0)),
+            advantage=float(line.get("advantage", 0.0)),
+        )

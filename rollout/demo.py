@@ -1,0 +1,189 @@
+"""``agentenvs demo`` (what ``make demo`` runs): scripted rollouts of every environment
+that can run on this machine, with summaries and HTML views.
+
+It runs on embedded defaults with the built-in tokenizer and each environment's
+own scripted oracle, so it needs no model, no download and no service. An
+environment whose module does not import, or that cannot run here (a missing
+system package, say), is reported in the table and skipped; the demo fails only
+if the reference environment, ``guess_number``, fails, because then the shared
+machinery itself is broken.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+REFERENCE_ENV = "guess_number"
+FLAGSHIPS = ("search_r1", "retool", "alfworld")
+
+
+@dataclass
+class DemoOutcome:
+    env: str
+    status: str
+    """ok, failed (some groups failed), error (could not run), unavailable (does not import)."""
+    summary: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+    seconds: float = 0.0
+    jsonl: Path | None = None
+    html: Path | None = None
+
+
+def demo_order(names: list[str]) -> list[str]:
+    """The reference env first, then the flagships, then any other registered env."""
+    first = [n for n in (REFERENCE_ENV, *FLAGSHIPS) if n in names]
+    return first + sorted(n for n in names if n not in first)
+
+
+def demo_overrides(env_name: str) -> dict[str, Any]:
+    """Settings an environment asks for in demos (``demo_overrides`` on its config class)."""
+    from agentenvs.envs.registry import config_class
+
+    overrides = getattr(config_class(env_name), "demo_overrides", None)
+    if callable(overrides):
+        overrides = overrides()
+    return dict(overrides) if isinstance(overrides, dict) else {}
+
+
+def run_one(
+    env_name: str,
+    out_dir: Path,
+    tokenizer: Any,
+    *,
+    groups: int,
+    group_size: int,
+    group_timeout: float,
+) -> DemoOutcome:
+    from agentenvs.rollout.cli import run_rollout
+    from agentenvs.rollout.viewer import load_records, render_html
+
+    jsonl = out_dir / f"demo-{env_name}.jsonl"
+    html = out_dir / f"demo-{env_name}.html"
+    jsonl.unlink(missing_ok=True)  # a demo shows a fresh run, it does not resume one
+    started = time.monotonic()
+    try:
+        run = run_rollout(
+            env_name,
+            config_overrides=demo_overrides(env_name),
+            tokenizer=tokenizer,
+            tokenizer_spec="builtin",
+            policy_name="scripted",
+            groups=groups,
+            group_size=group_size,
+            concurrency=4,
+            out_path=jsonl,
+            retries=0,
+            group_timeout=group_timeout,
+        )
+    except Exception as error:
+        return DemoOutcome(
+            env_name,
+            "error",
+            message=" ".join(f"{type(error).__name__}: {error}".split())[:300],
+            seconds=time.monotonic() - started,
+        )
+    records = load_records(jsonl)
+    html.write_text(
+        render_html(records, tokenizer, source=str(jsonl), tokenizer_name="builtin"),
+        encoding="utf-8",
+    )
+    failed = run.result.failed
+    return DemoOutcome(
+        env_name,
+        "failed" if failed else "ok",
+        summary=run.summary,
+        message=" ".join((failed[0].error or "").split())[:300] if failed else "",
+        seconds=time.monotonic() - started,
+        jsonl=jsonl,
+        html=html,
+    )
+
+
+def run_demo(
+    out_dir: str | Path = "out",
+    *,
+    only: list[str] | None = None,
+    console: Console | None = None,
+    groups: int = 4,
+    group_size: int = 2,
+    group_timeout: float = 60.0,
+) -> bool:
+    """Run the demo; True when every requested env (by default: the reference env) ran."""
+    from agentenvs.rollout.cli import CLIError, load_tokenizer_or_fail, registered_envs
+
+    console = console or Console()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = {row.name: row for row in registered_envs()}
+    if only:
+        unknown = [n for n in only if n not in rows]
+        if unknown:
+            raise CLIError(
+                f"unknown environment(s) {', '.join(unknown)}; registered: {', '.join(sorted(rows))}"
+            )
+    names = demo_order(list(only or rows))
+    console.print(f"agentenvs demo: scripted rollouts of {', '.join(names)} into {out_dir}/")
+    tokenizer = load_tokenizer_or_fail("builtin")
+
+    outcomes: list[DemoOutcome] = []
+    for name in names:
+        row = rows[name]
+        if not row.available:
+            outcomes.append(DemoOutcome(name, "unavailable", message=row.error or ""))
+            continue
+        console.print(Text(f"running {name} ..."))
+        outcomes.append(
+            run_one(
+                name,
+                out_dir,
+                tokenizer,
+                groups=groups,
+                group_size=group_size,
+                group_timeout=group_timeout,
+            )
+        )
+    console.print(outcome_table(outcomes))
+    for outcome in outcomes:
+        if outcome.message and outcome.status != "ok":
+            console.print(Text(f"{outcome.env} ({outcome.status}): {outcome.message}", style="red"))
+    shown = [o for o in outcomes if o.html is not None]
+    if shown:
+        console.print("\nLook at the trajectories:")
+        for o in shown:
+            console.print(Text(f"  {o.html}    (or: agentenvs view {o.jsonl})"))
+    required = set(only) if only else {REFERENCE_ENV}
+    return all(o.status == "ok" for o in outcomes if o.env in required)
+
+
+def outcome_table(outcomes: list[DemoOutcome]) -> Table:
+    table = Table(title="agentenvs demo")
+    table.add_column("env", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("groups ok", justify="right")
+    table.add_column("failed", justify="right")
+    table.add_column("episodes", justify="right")
+    table.add_column("reward", justify="right")
+    table.add_column("stop reasons", overflow="fold")
+    table.add_column("time", justify="right")
+    styles = {"ok": "green", "failed": "red", "error": "red", "unavailable": "yellow"}
+    for o in outcomes:
+        s = o.summary
+        stops = ", ".join(f"{k}: {v}" for k, v in (s.get("stop_reasons") or {}).items())
+        table.add_row(
+            o.env,
+            Text(o.status, style=styles.get(o.status, "")),
+            str(s.get("ok", "-")),
+            str(s.get("failed", "-")),
+            str(s.get("trajectories", "-")),
+            f"{s['mean_reward']:.3f}" if "mean_reward" in s else "-",
+            Text(stops or "-"),
+            f"{o.seconds:.1f}s" if o.seconds else "-",
+        )
+    return table

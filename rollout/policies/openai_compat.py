@@ -1,0 +1,304 @@
+"""A policy served by an inference server: vLLM's OpenAI-compatible completions, or SGLang.
+
+Token-in/token-out over HTTP:
+
+* ``api="vllm"``: ``POST {url}/v1/completions`` with ``prompt`` as a list of token
+  ids, ``logprobs: 1`` and ``return_tokens_as_token_ids: true`` so each sampled
+  token comes back as ``"token_id:<id>"`` in ``choices[0].logprobs.tokens`` next to
+  ``token_logprobs``. ``include_stop_str_in_output`` and
+  ``skip_special_tokens: false`` keep the stop text and special tokens, so the
+  tokens are exactly what was sampled. ``finish_reason`` is ``length`` or
+  ``stop``; a stop whose last token is an end-of-sequence id (or whose
+  ``stop_reason`` is null, vLLM's mark for EOS) is reported as ``eos``.
+* ``api="sglang"``: SGLang's native ``POST {url}/generate`` with ``input_ids`` and
+  ``return_logprob: true``; tokens from ``output_ids`` (or the ids inside
+  ``meta_info.output_token_logprobs``, a list of ``(logprob, token_id, text)``),
+  and ``meta_info.finish_reason.type``. ``no_stop_trim`` keeps the stop string.
+
+Connection errors, timeouts, 429 and 5xx answers are retried with exponential
+backoff; anything else, or running out of attempts, is a :class:`PolicyError`
+naming the URL. Requests in flight are bounded by ``concurrency``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Any, Literal
+
+import httpx
+
+from agentenvs.envs.types import SamplerStopReason, StopCondition, TokensWithLogprobs
+from agentenvs.rollout.policies.base import PolicyError
+
+logger = logging.getLogger(__name__)
+
+Api = Literal["vllm", "sglang"]
+_RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+class OpenAICompatPolicy:
+    """A shared :class:`Policy` backed by a vLLM or SGLang server."""
+
+    def __init__(
+        self,
+        url: str,
+        model: str | None = None,
+        *,
+        api: Api = "vllm",
+        tokenizer: Any = None,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_tokens: int = 256,
+        seed: int | None = None,
+        timeout: float = 120.0,
+        connect_timeout: float = 5.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        concurrency: int = 32,
+        eos_token_ids: list[int] | None = None,
+        api_key: str | None = None,
+    ) -> None:
+        if api not in ("vllm", "sglang"):
+            raise ValueError(f"api must be 'vllm' or 'sglang', got {api!r}")
+        if retries < 0 or concurrency < 1 or timeout <= 0:
+            raise ValueError("need retries >= 0, concurrency >= 1 and timeout > 0")
+        self.url = _base_url(url)
+        self.model = model
+        self.api: Api = api
+        self.temperature = temperature
+        self.top_p = top_p
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.timeout = httpx.Timeout(timeout, connect=min(connect_timeout, timeout))
+        self.retries = retries
+        self.backoff = backoff
+        self.concurrency = concurrency
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        if tokenizer is not None and isinstance(tokenizer, str):
+            from agentenvs.rollout.tokenizer import load_tokenizer
+
+            tokenizer = load_tokenizer(tokenizer)
+        self.eos_token_ids: set[int] = set(eos_token_ids or [])
+        eos = getattr(tokenizer, "eos_token_id", None)
+        if eos_token_ids is None and isinstance(eos, int):
+            self.eos_token_ids.add(eos)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._slots: asyncio.Semaphore | None = None
+
+    # ---- the policy ------------------------------------------------------------------
+    async def __call__(
+        self, observation: list[int], stop: StopCondition, *, max_tokens: int | None = None
+    ) -> TokensWithLogprobs:
+        cap = self.max_tokens if max_tokens is None else min(max_tokens, self.max_tokens)
+        client, slots = self._session()
+        async with slots:
+            if self.api == "vllm":
+                if self.model is None:
+                    self.model = await self._first_model(client)
+                data = await self._post(
+                    client, "/v1/completions", self._vllm_body(observation, stop, cap)
+                )
+                return self._parse_vllm(data)
+            data = await self._post(client, "/generate", self._sglang_body(observation, stop, cap))
+            return self._parse_sglang(data)
+
+    def provenance(self) -> dict[str, Any]:
+        return {
+            "policy": "openai",
+            "api": self.api,
+            "url": self.url,
+            "model": self.model,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+            "seed": self.seed,
+        }
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    # ---- requests --------------------------------------------------------------------
+    def _vllm_body(self, prompt: list[int], stop: StopCondition, cap: int) -> dict[str, Any]:
+        strings = [s for s in stop if isinstance(s, str)]
+        ids = [s for s in stop if isinstance(s, int)]
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": list(prompt),
+            "max_tokens": cap,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "n": 1,
+            "logprobs": 1,
+            "return_tokens_as_token_ids": True,
+            "include_stop_str_in_output": True,
+            "skip_special_tokens": False,
+        }
+        if strings:
+            body["stop"] = strings
+        if ids:
+            body["stop_token_ids"] = ids
+        if self.seed is not None:
+            body["seed"] = self.seed
+        return body
+
+    def _sglang_body(self, prompt: list[int], stop: StopCondition, cap: int) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "max_new_tokens": cap,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "skip_special_tokens": False,
+            "no_stop_trim": True,
+        }
+        strings = [s for s in stop if isinstance(s, str)]
+        ids = [s for s in stop if isinstance(s, int)]
+        if strings:
+            params["stop"] = strings
+        if ids:
+            params["stop_token_ids"] = ids
+        if self.seed is not None:
+            params["sampling_seed"] = self.seed
+        return {"input_ids": list(prompt), "sampling_params": params, "return_logprob": True}
+
+    def _session(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        """A client and a semaphore bound to the running event loop (made on first use)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            self._loop = loop
+            self._client = httpx.AsyncClient(timeout=self.timeout, headers=self.headers)
+            self._slots = asyncio.Semaphore(self.concurrency)
+        assert self._slots is not None
+        return self._client, self._slots
+
+    async def _first_model(self, client: httpx.AsyncClient) -> str:
+        data = await self._send(client, "GET", "/v1/models", None)
+        try:
+            return str(data["data"][0]["id"])
+        except (KeyError, IndexError, TypeError):
+            raise PolicyError(
+                f"{self.url}/v1/models lists no model; pass model=... explicitly"
+            ) from None
+
+    async def _post(self, client: httpx.AsyncClient, path: str, body: dict) -> dict[str, Any]:
+        return await self._send(client, "POST", path, body)
+
+    async def _send(
+        self, client: httpx.AsyncClient, method: str, path: str, body: dict | None
+    ) -> dict[str, Any]:
+        url = self.url + path
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                delay = self.backoff * 2 ** (attempt - 1) * (1 + 0.25 * random.random())
+                logger.warning("retrying %s in %.2fs after: %s", url, delay, last)
+                await asyncio.sleep(delay)
+            try:
+                response = await client.request(method, url, json=body)
+            except httpx.TimeoutException as err:
+                last = f"timed out ({type(err).__name__})"
+                continue
+            except httpx.TransportError as err:
+                last = f"{type(err).__name__}: {err}"
+                continue
+            if response.status_code in _RETRY_STATUS:
+                last = f"HTTP {response.status_code}: {_snippet(response)}"
+                continue
+            if response.status_code >= 400:
+                raise PolicyError(
+                    f"policy server {url} rejected the request: "
+                    f"HTTP {response.status_code}: {_snippet(response)}"
+                )
+            try:
+                return response.json()
+            except ValueError:
+                raise PolicyError(
+                    f"policy server {url} answered with something that is not JSON: "
+                    f"{_snippet(response)}"
+                ) from None
+        attempts = self.retries + 1
+        raise PolicyError(
+            f"policy server {url} did not answer after {attempts} "
+            f"attempt{'s' if attempts > 1 else ''}: {last}"
+        )
+
+    # ---- responses -------------------------------------------------------------------
+    def _parse_vllm(self, data: dict[str, Any]) -> TokensWithLogprobs:
+        try:
+            choice = data["choices"][0]
+            logprobs = choice.get("logprobs") or {}
+            tokens = choice.get("token_ids")
+            if tokens is None:
+                tokens = [_token_id(t) for t in logprobs.get("tokens") or []]
+            values = logprobs.get("token_logprobs")
+            finish = choice.get("finish_reason")
+            matched = choice.get("stop_reason")
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            raise PolicyError(f"unexpected completions response from {self.url}: {err}") from None
+        if not tokens and (choice.get("text") or "") != "":
+            raise PolicyError(
+                f"{self.url} returned text but no token ids; it must honour "
+                "return_tokens_as_token_ids with logprobs (vLLM >= 0.5)"
+            )
+        return self._result(list(tokens), values, finish, matched)
+
+    def _parse_sglang(self, data: dict[str, Any]) -> TokensWithLogprobs:
+        try:
+            meta = data["meta_info"]
+            pairs = meta.get("output_token_logprobs") or []
+            tokens = data.get("output_ids")
+            if tokens is None:
+                tokens = [int(p[1]) for p in pairs]
+            values = [float(p[0]) for p in pairs] if pairs else None
+            finish_info = meta.get("finish_reason") or {}
+            finish = finish_info.get("type") if isinstance(finish_info, dict) else finish_info
+            matched = finish_info.get("matched") if isinstance(finish_info, dict) else None
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            raise PolicyError(f"unexpected /generate response from {self.url}: {err}") from None
+        if finish == "abort":
+            raise PolicyError(f"{self.url} aborted the request: {finish_info}")
+        return self._result(list(tokens), values, finish, matched)
+
+    def _result(
+        self, tokens: list[int], values: Any, finish: str | None, matched: Any
+    ) -> TokensWithLogprobs:
+        logprobs = None
+        if values is not None:
+            if len(values) != len(tokens):
+                raise PolicyError(
+                    f"{self.url} returned {len(values)} logprobs for {len(tokens)} tokens"
+                )
+            logprobs = [float(v) if v is not None else float("nan") for v in values]
+        reason: SamplerStopReason
+        if finish == "length":
+            reason = "length"
+        elif tokens and tokens[-1] in self.eos_token_ids:
+            reason = "eos"
+        elif finish == "stop" and matched is None and self.api == "vllm":
+            reason = "eos"  # vLLM leaves stop_reason null when the model's EOS ended it
+        else:
+            reason = "stop"
+        return TokensWithLogprobs(tokens, logprobs, reason)
+
+
+def _base_url(url: str) -> str:
+    url = url.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        url = "http://" + url
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _token_id(token: str) -> int:
+    if not isinstance(token, str) or not token.startswith("token_id:"):
+        raise ValueError(
+            f"token {token!r} is not 'token_id:<id>'; the server ignored return_tokens_as_token_ids"
+        )
+    return int(token[len("token_id:") :])
+
+
+def _snippet(response: httpx.Response, limit: int = 300) -> str:
+    text = response.text.strip().replace("\n", " ")
+    return text[:limit] + ("..." if len(text) > limit else "")

@@ -1,0 +1,60 @@
+"""The scripted policy: each environment's own oracle (or another named variant).
+
+It drives the demo and the tests without a model. The env decides the action
+text; :meth:`RenderedEnv.scripted_action` tokenizes it and ends the turn the way a
+sampler would (on a stop sequence, or with the end-of-turn token).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from agentenvs.envs.types import Env, StopCondition, TokensWithLogprobs
+from agentenvs.rollout.policies.base import PolicyError
+
+
+class ScriptedPolicy:
+    """A :data:`PolicyFactory`: one :class:`ScriptedEnvPolicy` per env."""
+
+    per_env = True
+
+    def __init__(self, variant: str = "oracle") -> None:
+        self.variant = variant
+
+    def __call__(self, env: Env) -> ScriptedEnvPolicy:
+        return ScriptedEnvPolicy(env, self.variant)
+
+    def provenance(self) -> dict[str, Any]:
+        return {"policy": "scripted", "variant": self.variant}
+
+
+class ScriptedEnvPolicy:
+    def __init__(self, env: Env, variant: str) -> None:
+        self.env = env
+        self.variant = variant
+
+    async def __call__(
+        self, observation: list[int], stop: StopCondition, *, max_tokens: int | None = None
+    ) -> TokensWithLogprobs:
+        scripted = getattr(self.env, "scripted_action", None)
+        if not callable(scripted):
+            raise PolicyError(f"environment {_env_label(self.env)} has no scripted policy")
+        answer = scripted(self.variant)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        if answer is None:
+            raise PolicyError(
+                f"environment {_env_label(self.env)} has no scripted variant {self.variant!r}"
+            )
+        tokens, stop_reason = answer
+        tokens = list(tokens)
+        if max_tokens is not None and len(tokens) > max_tokens:
+            # Behave like a sampler that hit its cap.
+            tokens, stop_reason = tokens[:max_tokens], "length"
+        return TokensWithLogprobs(tokens, [0.0] * len(tokens), stop_reason)
+
+
+def _env_label(env: Env) -> str:
+    task = getattr(env, "task", None)
+    return type(task).__name__ if task is not None else type(env).__name__

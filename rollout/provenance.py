@@ -1,0 +1,87 @@
+"""What produced a group of trajectories, recorded with it.
+
+People moving an experiment between trainers need to know, from the data alone,
+which tokenizer and template rendered the context, which weights sampled the
+response, and under which settings. This module builds that record; the collector
+stores it with every group and the hand-offs carry it in their metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from agentenvs.envs.config import EnvConfig
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> dict[str, Any]:
+    """Name, vocabulary hash and chat-template hash of a Hugging Face tokenizer."""
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    ordered = json.dumps(sorted(vocab.items(), key=lambda kv: kv[1]), ensure_ascii=False)
+    template = getattr(tokenizer, "chat_template", None) or ""
+    return {
+        "name": getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__,
+        "vocab_size": len(vocab),
+        "vocab_sha256": _sha256(ordered),
+        "chat_template_sha256": _sha256(template) if template else None,
+        "eos_token": getattr(tokenizer, "eos_token", None),
+    }
+
+
+@dataclass
+class SamplingSettings:
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+
+
+@dataclass
+class PolicyIdentity:
+    """Which weights produced the samples.
+
+    ``weights_version`` is set by the caller and bumped after each optimizer step,
+    so a trainer can refuse samples that are too stale.
+    """
+
+    kind: str
+    model: str | None = None
+    url: str | None = None
+    weights_version: int | str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def build_provenance(
+    *,
+    tokenizer: Any,
+    env_name: str,
+    env_config: EnvConfig | None = None,
+    policy: PolicyIdentity,
+    sampling: SamplingSettings | None = None,
+    stop_conditions: list[str] | None = None,
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "tokenizer": tokenizer_fingerprint(tokenizer),
+        "env": {"name": env_name},
+        "policy": asdict(policy),
+        "sampling": asdict(sampling or SamplingSettings()),
+    }
+    if env_config is not None:
+        record["env"].update(
+            {
+                "version": type(env_config).version,
+                "config_sha256": env_config.config_hash(),
+                "config": env_config.model_dump(mode="json"),
+                "renderer": env_config.renderer_kind,
+                "protocol": getattr(env_config, "protocol", None),
+            }
+        )
+    if stop_conditions is not None:
+        record["stop_conditions"] = list(stop_conditions)
+    return record

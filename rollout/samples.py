@@ -1,0 +1,207 @@
+"""Trajectories to training samples: the token sequences a trainer sees, with their masks.
+
+One trajectory becomes one sample while every observation extends the previous
+context (previous observation + previous action); an observation that does not
+extend it (a chat template that rewrote earlier turns, a context reset) closes the
+current sample and opens a new one. This is the merge rule of the Tinker
+cookbook's ``trajectory_to_data``, so the Tinker hand-off reproduces it exactly.
+
+Inside a sample:
+
+* ``tokens`` is what the policy saw and sampled, in order, never re-tokenized;
+* ``loss_mask`` is 1 exactly on sampled action tokens, 0 on the prompt and on every
+  environment/tool observation token;
+* ``logprobs`` holds the sampler's logprob on each sampled token and 0.0 elsewhere
+  (and 0.0 everywhere a policy gave none: ``has_logprobs`` then says so);
+* ``advantages`` holds the trajectory's scalar advantage on action tokens and 0.0
+  elsewhere.
+
+An action whose transition carries the metric ``parse_error_masked`` >= 1 (the
+cookbook's convention for malformed turns that should not be trained on) keeps
+its tokens and logprobs but gets mask 0 and advantage 0.
+
+This module sits on the training hot path: it only slices and extends lists (C
+loops), never walks tokens one by one in Python.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from agentenvs.envs.types import Trajectory, TrajectoryGroup
+
+PARSE_ERROR_MASKED_METRIC = "parse_error_masked"
+"""Transition metric (same key as the Tinker cookbook) that excludes an action from the loss."""
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector around bulk list building.
+
+    Building samples allocates many lists; each allocation burst triggers
+    collections, and every full collection walks every list already alive (all the
+    trajectories in memory), which doubled the cost of this module in the
+    benchmark. The code inside creates no reference cycles, so nothing is lost by
+    collecting afterwards. Nested use and a collector the caller disabled are left
+    as they were.
+    """
+    was_enabled = gc.isenabled()
+    if was_enabled:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@dataclass(slots=True)
+class TrainingSample:
+    """One training sequence cut from a trajectory; every list has ``len(tokens)`` entries."""
+
+    tokens: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    advantages: list[float]
+    group_index: int
+    traj_index: int
+    sample_index: int
+    """0 for the first sample of a trajectory, 1, 2, ... after each prefix break."""
+    reward: float
+    """Total reward of the trajectory (step rewards plus group reward)."""
+    has_logprobs: bool = True
+    """False when some action in this sample came from a policy without logprobs (0.0 there)."""
+    prompt_length: int = 0
+    """Tokens before the first sampled token: the prompt a verl-style batch left-pads."""
+    advantage: float = 0.0
+    """The trajectory's scalar advantage (what ``advantages`` holds on trained tokens)."""
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def _check_advantages(groups: Sequence[TrajectoryGroup], advantages: Sequence[Sequence[float]]):
+    if len(groups) != len(advantages):
+        raise ValueError(f"{len(groups)} groups but advantages for {len(advantages)}")
+    for i, (group, group_advantages) in enumerate(zip(groups, advantages, strict=True)):
+        if len(group.trajectories) != len(group_advantages):
+            raise ValueError(
+                f"group {i} has {len(group.trajectories)} trajectories "
+                f"but {len(group_advantages)} advantages"
+            )
+
+
+def trajectory_to_samples(
+    traj: Trajectory,
+    advantage: float,
+    *,
+    group_index: int = 0,
+    traj_index: int = 0,
+    reward: float = 0.0,
+) -> list[TrainingSample]:
+    """Cut one trajectory into samples at every prefix break (see the module docstring)."""
+    advantage = float(advantage)
+    samples: list[TrainingSample] = []
+    tokens: list[int] = []
+    mask: list[int] = []
+    logprobs: list[float] = []
+    advantages: list[float] = []
+    has_logprobs = True
+    prompt_length = -1
+
+    def close() -> None:
+        samples.append(
+            TrainingSample(
+                tokens=tokens,
+                loss_mask=mask,
+                logprobs=logprobs,
+                advantages=advantages,
+                group_index=group_index,
+                traj_index=traj_index,
+                sample_index=len(samples),
+                reward=reward,
+                has_logprobs=has_logprobs,
+                prompt_length=len(tokens) if prompt_length < 0 else prompt_length,
+                advantage=advantage,
+            )
+        )
+
+    for transition in traj.transitions:
+        ob = transition.ob
+        n = len(tokens)
+        if n == 0:
+            delta = ob
+        elif len(ob) >= n and ob[:n] == tokens:
+            delta = ob[n:]
+        else:
+            close()
+            tokens, mask, logprobs, advantages = [], [], [], []
+            has_logprobs, prompt_length = True, -1
+            n, delta = 0, ob
+
+        action = transition.ac
+        action_tokens = action.tokens
+        k = len(delta)
+        m = len(action_tokens)
+        if m and prompt_length < 0:
+            prompt_length = n + k
+        masked = float(transition.metrics.get(PARSE_ERROR_MASKED_METRIC, 0.0)) >= 1.0
+
+        tokens += delta
+        tokens += action_tokens
+        if masked:
+            mask += [0] * (k + m)
+            advantages += [0.0] * (k + m)
+        else:
+            mask += [0] * k
+            mask += [1] * m
+            advantages += [0.0] * k
+            advantages += [advantage] * m
+        action_logprobs = action.logprobs
+        if action_logprobs is None:
+            if m:
+                has_logprobs = False
+            logprobs += [0.0] * (k + m)
+        else:
+            if len(action_logprobs) != m:
+                raise ValueError(
+                    f"group {group_index} trajectory {traj_index}: action has {m} tokens "
+                    f"but {len(action_logprobs)} logprobs"
+                )
+            logprobs += [0.0] * k
+            logprobs += action_logprobs
+
+    if tokens:
+        close()
+    return samples
+
+
+def trajectories_to_samples(
+    groups: list[TrajectoryGroup], advantages: list[list[float]]
+) -> list[TrainingSample]:
+    """Every trajectory of every group as samples, in group then trajectory order.
+
+    ``advantages[g][t]`` is trajectory ``t`` of group ``g``'s scalar advantage (see
+    :func:`agentenvs.rollout.advantages.compute_advantages`).
+    """
+    _check_advantages(groups, advantages)
+    samples: list[TrainingSample] = []
+    with gc_paused():
+        for group_index, (group, group_advantages) in enumerate(
+            zip(groups, advantages, strict=True)
+        ):
+            rewards = group.total_rewards()
+            for traj_index, (traj, advantage, reward) in enumerate(
+                zip(group.trajectories, group_advantages, rewards, strict=True)
+            ):
+                samples += trajectory_to_samples(
+                    traj,
+                    advantage,
+                    group_index=group_index,
+                    traj_index=traj_index,
+                    reward=reward,
+                )
+    return samples

@@ -1,0 +1,67 @@
+"""``agentenvs sandbox ...``: inspect (and, with ``serve``, expose) the sandbox.
+
+Mounted by the main ``agentenvs`` command when this module imports. ``capabilities``
+measures which isolation layers the chosen backend has on this machine; with
+``--require`` it exits 1 when a required layer is missing, so CI can gate on it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    name="sandbox",
+    help="Isolated execution of untrusted code: capability report (and server).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+EXIT_MISSING = 1
+EXIT_UNAVAILABLE = 2
+
+
+@app.callback()
+def sandbox_group() -> None:
+    """Isolated execution of untrusted code."""
+
+
+@app.command("capabilities")
+def capabilities_command(
+    backend: Annotated[str, typer.Option(help="local, docker or sandboxfusion.")] = "local",
+    require: Annotated[
+        list[str] | None,
+        typer.Option("--require", help="A layer that must be active (repeatable); exit 1 if not."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Measure which isolation layers are active on this machine, and why others are not."""
+    from agentenvs.sandbox.base import SandboxUnavailable
+    from agentenvs.sandbox.capabilities import capability_report
+
+    try:
+        report = capability_report(backend=backend, min_isolation=list(require or []))
+    except (SandboxUnavailable, ValueError, ImportError) as exc:
+        err.print(f"error: the {backend} sandbox is unavailable: {exc}")
+        raise typer.Exit(EXIT_UNAVAILABLE) from None
+    if as_json:
+        out.print(json.dumps(report, indent=2), markup=False)
+    else:
+        table = Table(title=f"{report['backend']} sandbox: isolation layers")
+        table.add_column("layer")
+        table.add_column("active")
+        table.add_column("details")
+        for name, active in report["active"].items():
+            table.add_row(name, "yes" if active else "NO", report["notes"].get(name, ""))
+        out.print(table)
+    if report["missing"]:
+        err.print(f"missing required layer(s): {', '.join(report['missing'])}")
+        raise typer.Exit(EXIT_MISSING)

@@ -1,0 +1,193 @@
+"""Measure which isolation layers a started sandbox container really has.
+
+Three viewpoints, as for the local backend: the engine's record of the container
+(``HostConfig``: network mode, read-only root, capabilities, limits), the host's view of
+the container's pid 1 when the engine runs on this machine (namespace inodes, real uid,
+seccomp mode), and a probe child forked by the supervisor and restricted exactly like an
+execution (rlimits, Landlock, what it can write, its work dir's mount, its environment).
+The layer names are the shared ones (:data:`agentenvs.sandbox.capabilities.LAYERS`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from agentenvs.sandbox.base import Capabilities
+
+NAMESPACES = ("user", "pid", "mnt", "ipc", "uts", "net")
+ENGINE_ADDED_ENV = {"PWD", "LC_CTYPE"}
+
+
+def _status_field(pid: int, name: str) -> str:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return ""
+    match = re.search(rf"^{name}:\s*(.*)$", text, re.M)
+    return match.group(1).strip() if match else ""
+
+
+def _same_namespace(pid: int, kind: str) -> bool | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/{kind}").st_ino == os.stat(f"/proc/self/ns/{kind}").st_ino
+    except OSError:
+        return None
+
+
+def _engine_userns(info: dict) -> bool:
+    options = " ".join(str(o) for o in info.get("SecurityOptions") or [])
+    return "userns" in options or "rootless" in options
+
+
+def assess(
+    *,
+    hello: dict,
+    probe: dict,
+    host_config: dict,
+    host_pid: int | None,
+    engine_info: dict,
+    allowed_env: set[str],
+    seccomp_note: str,
+    limits: dict,
+) -> Capabilities:
+    caps = Capabilities(backend="docker")
+    active, notes = caps.active, caps.notes
+    report = probe.get("report", {}) if probe.get("ok") else {}
+    if not report:
+        notes["probe"] = (
+            f"the probe execution failed: {probe.get('message', '')} {probe.get('stderr', '')}"
+        )
+    local = bool(host_pid) and Path(f"/proc/{host_pid}").exists()
+    engine = engine_info.get("Name") or engine_info.get("OperatingSystem") or "the engine"
+
+    # namespaces: containers always get their own pid/mnt/ipc/uts/net; the user namespace
+    # only with userns-remap or a rootless engine.
+    if local:
+        assert host_pid is not None
+        shared = [kind for kind in NAMESPACES if _same_namespace(host_pid, kind) is not False]
+    else:
+        shared = [] if _engine_userns(engine_info) else ["user"]
+    active["namespaces"] = not shared
+    notes["namespaces"] = (
+        "container namespaces: " + ", ".join(NAMESPACES)
+        if not shared
+        else f"container shares the host's {', '.join(shared)} namespace(s)"
+        + (
+            " (no userns-remap / rootless engine: the code runs as a dedicated non-root uid "
+            "with no capabilities instead)"
+            if shared == ["user"]
+            else ""
+        )
+    )
+
+    interfaces = report.get("interfaces")
+    no_network = host_config.get("NetworkMode") == "none"
+    only_loopback = interfaces is not None and set(interfaces) <= {"lo"}
+    active["network_isolated"] = no_network and (only_loopback or interfaces is None)
+    notes["network_isolated"] = (
+        f"network mode none (interfaces: {interfaces})"
+        if active["network_isolated"]
+        else f"network mode {host_config.get('NetworkMode')!r}, interfaces {interfaces}"
+    )
+
+    uid = hello.get("uid")
+    host_uid = _status_field(host_pid, "Uid").split()[:1] if local and host_pid else []
+    active["unprivileged_uid"] = uid not in (None, 0) and (not host_uid or host_uid[0] != "0")
+    notes["unprivileged_uid"] = (
+        f"uid {uid} in the container" + (f", {host_uid[0]} on the host" if host_uid else "")
+        if active["unprivileged_uid"]
+        else "the supervisor runs as root"
+    )
+
+    mode = report.get("seccomp_mode")
+    active["seccomp"] = mode == "2"
+    layers = []
+    if hello.get("seccomp"):
+        layers.append("the sandbox's filter")
+    if "seccomp" in " ".join(str(o) for o in engine_info.get("SecurityOptions") or []):
+        layers.append(f"{engine}'s default profile")
+    notes["seccomp"] = (
+        "filters: " + (", ".join(layers) or "mode 2")
+        if active["seccomp"]
+        else seccomp_note or str(hello.get("seccomp_error") or f"seccomp mode {mode!r}")
+    )
+
+    restrict = report.get("restrict", {})
+    active["landlock"] = bool(restrict.get("landlock"))
+    notes["landlock"] = (
+        f"Landlock ABI {hello.get('landlock_abi')}"
+        if active["landlock"]
+        else str(hello.get("landlock_error") or "Landlock restriction failed in the container")
+    )
+
+    memory = int(host_config.get("Memory") or 0)
+    active["cgroup_memory"] = memory > 0
+    notes["cgroup_memory"] = (
+        f"container memory limit {memory // (1024 * 1024)} MB (swap {host_config.get('MemorySwap')})"
+        if memory
+        else "no container memory limit"
+    )
+    pids = int(host_config.get("PidsLimit") or 0)
+    active["cgroup_pids"] = pids > 0
+    notes["cgroup_pids"] = f"container pids limit {pids}" if pids > 0 else "no container pids limit"
+
+    rlimits = report.get("rlimits", {})
+    finite = {
+        name
+        for name, value in rlimits.items()
+        if value and value[0] != -1 and value[0] < 2**62 and (name != "CORE" or value[0] == 0)
+    }
+    wanted = {"CPU", "AS", "FSIZE", "NPROC", "NOFILE", "CORE"}
+    if not limits.get("memory_bytes"):
+        wanted.discard("AS")
+    active["rlimits"] = wanted <= finite
+    notes["rlimits"] = (
+        ", ".join(f"{k}={v[0]}" for k, v in sorted(rlimits.items()))
+        if active["rlimits"]
+        else f"not set: {', '.join(sorted(wanted - finite))}"
+    )
+
+    no_new_privs = "no-new-privileges" in " ".join(host_config.get("SecurityOpt") or [])
+    active["no_new_privs"] = bool(report.get("no_new_privs")) and no_new_privs
+    notes["no_new_privs"] = (
+        "security_opt no-new-privileges + PR_SET_NO_NEW_PRIVS"
+        if active["no_new_privs"]
+        else "no_new_privs is not set"
+    )
+
+    writes = report.get("system_writes", {})
+    writable = [path for path, outcome in writes.items() if outcome == "writable"]
+    active["readonly_root"] = (
+        bool(host_config.get("ReadonlyRootfs")) and bool(writes) and not writable
+    )
+    notes["readonly_root"] = (
+        "read-only root; writes refused: " + ", ".join(f"{p} ({o})" for p, o in writes.items())
+        if active["readonly_root"]
+        else f"writable: {', '.join(writable) or 'root filesystem not read-only'}"
+    )
+
+    mount = report.get("workdir_mount") or {}
+    active["tmpfs_workdir"] = (
+        mount.get("fstype") == "tmpfs"
+        and "size=" in mount.get("options", "")
+        and bool(report.get("workdir_writable"))
+    )
+    notes["tmpfs_workdir"] = (
+        f"tmpfs {mount.get('options', '')}"
+        if active["tmpfs_workdir"]
+        else f"work dir mount: {mount}"
+    )
+
+    extra = sorted(set(report.get("env_keys", [])) - allowed_env - ENGINE_ADDED_ENV)
+    active["cleared_env"] = bool(report) and not extra
+    notes["cleared_env"] = (
+        f"only: {', '.join(report.get('env_keys', []))}"
+        if active["cleared_env"]
+        else f"extra: {extra}"
+    )
+    dropped = [str(c).upper().removeprefix("CAP_") for c in host_config.get("CapDrop") or []]
+    active["capabilities_dropped"] = "ALL" in dropped
+    notes["capabilities_dropped"] = f"cap_drop: {', '.join(dropped) or 'none'}"
+    return caps

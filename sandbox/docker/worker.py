@@ -1,0 +1,393 @@
+"""One warm worker of the ``docker`` backend: a container running the sandbox supervisor.
+
+The container's only process is the same standalone supervisor the ``local`` backend runs
+(``agentenvs/sandbox/local/supervisor.py``), started as pid 1 by the image's Python with
+the shared bootstrap, speaking the same frames over the container's stdin/stdout (the
+attach stream). It pre-imports numpy and sympy once and forks a fresh child per
+execution; as pid 1 of the container's pid namespace it kills everything an execution
+left behind with ``kill(-1)``, and signals from the code cannot reach it.
+
+Container settings (see :class:`ContainerSettings`): no network, read-only root, tmpfs
+work dir and ``/dev/shm`` (size-limited, noexec), memory (+swap) / pids / CPU limits,
+every capability dropped, ``no-new-privileges``, a dedicated non-root uid per worker, a
+replaced environment. On top, inside: the supervisor's own seccomp filter (stacked on the
+engine's), Landlock where the kernel and the engine's seccomp profile allow it, and
+per-execution rlimits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+from agentenvs.sandbox.docker.attach import AttachClosed, AttachStream
+from agentenvs.sandbox.local.protocol import (
+    BOOTSTRAP,
+    ProtocolError,
+    encode_frame,
+    read_frame,
+    supervisor_source,
+)
+from agentenvs.sandbox.local.worker import WorkerDead, WorkerStartError
+
+MB = 1024 * 1024
+LABEL = "io.agentenvs.sandbox"
+OWNER_LABEL = "io.agentenvs.sandbox.owner"
+WORKDIR = "/tmp"
+SHM = "/dev/shm"
+PYTHON = "/usr/bin/python3"
+PYTHON_PATH = ["/usr/lib/python3/dist-packages"]
+
+_serials = count(1)
+
+
+def container_environment() -> dict[str, str]:
+    """The complete environment of sandboxed code (the same one the local backend uses)."""
+    from agentenvs.sandbox.local.launch import sandbox_environment
+
+    return sandbox_environment(WORKDIR)
+
+
+def bootstrap_command(env: dict[str, str]) -> list[str]:
+    """``python -c`` that replaces the environment, then runs the shared bootstrap.
+
+    Engines add variables of their own (``HOSTNAME``, ``container``, ``TERM``); clearing
+    ``os.environ`` at the C level before anything else runs means the supervisor, and so
+    every execution it forks, sees exactly ``env``.
+    """
+    prelude = f"import os\nos.environ.clear()\nos.environ.update({env!r})\n"
+    return [PYTHON, "-I", "-S", "-B", "-c", prelude + BOOTSTRAP]
+
+
+@dataclass
+class ContainerSettings:
+    """How every container of one sandbox is created."""
+
+    image: str
+    memory_bytes: int
+    pids_limit: int
+    nano_cpus: int
+    workdir_bytes: int
+    preload: list[str]
+    seccomp_bpf: str | None
+    """Base64 classic-BPF program for the supervisor to load (None: the engine's only)."""
+    landlock: bool
+    labels: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=container_environment)
+
+    def create_kwargs(self, uid: int, name: str) -> dict[str, Any]:
+        tmpfs_options = f"size={self.workdir_bytes},mode=1777,noexec,nosuid,nodev"
+        return {
+            "image": self.image,
+            "command": bootstrap_command(self.env),
+            "name": name,
+            "hostname": "sandbox",
+            "user": f"{uid}:{uid}",
+            "working_dir": WORKDIR,
+            "environment": self.env,
+            "stdin_open": True,
+            "tty": False,
+            "network_mode": "none",
+            "read_only": True,
+            # Our own tmpfs mounts, sized; read-only empty ones where podman would add
+            # unbounded writable ones (--read-only-tmpfs) that executions could share.
+            "tmpfs": {
+                WORKDIR: tmpfs_options,
+                "/run": "ro,size=16k,mode=755",
+                "/var/tmp": "ro,size=16k,mode=755",
+            },
+            "shm_size": self.workdir_bytes,
+            "mem_limit": self.memory_bytes,
+            "memswap_limit": self.memory_bytes,
+            "pids_limit": self.pids_limit,
+            "nano_cpus": self.nano_cpus,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "ipc_mode": "private",
+            "labels": {LABEL: "1", **self.labels},
+            "detach": True,
+        }
+
+    def supervisor_config(self) -> dict[str, Any]:
+        return {
+            "python_path": PYTHON_PATH,
+            "preload": self.preload,
+            "workdir": WORKDIR,
+            "scratch_dirs": [SHM],
+            "seccomp_bpf": self.seccomp_bpf,
+            "landlock": {
+                "read": ["/"],
+                "write": [WORKDIR, SHM],
+                "write_files": ["/dev/null", "/dev/zero", "/dev/full"],
+            }
+            if self.landlock
+            else None,
+            "landlock_scope_signals": True,
+            "subreaper": True,
+            "pid_namespace": True,
+        }
+
+
+class OomCounter:
+    """The container's cgroup OOM-kill count, read on the host (local engines only).
+
+    A program killed by the kernel's OOM killer just dies of SIGKILL; only the cgroup
+    knows why. Works for cgroup v1 (``memory.oom_control``) and v2 (``memory.events``)
+    when the engine runs on this machine; otherwise :meth:`read` returns None.
+    """
+
+    def __init__(self, host_pid: int | None) -> None:
+        self.path: Path | None = None
+        if host_pid:
+            self.path = self._find(host_pid)
+
+    @staticmethod
+    def _find(pid: int) -> Path | None:
+        try:
+            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        except OSError:
+            return None
+        for line in lines:
+            hierarchy, controllers, path = line.split(":", 2)
+            if "memory" in controllers.split(","):
+                candidate = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.oom_control"
+                if candidate.exists():
+                    return candidate
+            if hierarchy == "0" and controllers == "":
+                candidate = Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events"
+                if candidate.exists():
+                    return candidate
+                unified = Path("/sys/fs/cgroup/unified") / path.lstrip("/") / "memory.events"
+                if unified.exists():
+                    return unified
+        return None
+
+    def read(self) -> int | None:
+        if self.path is None:
+            return None
+        try:
+            for line in self.path.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            return None
+        return None
+
+
+class ContainerWorker:
+    """A started container with the supervisor in it; one request at a time."""
+
+    def __init__(self, client: Any, settings: ContainerSettings, uid: int) -> None:
+        self.client = client
+        self.settings = settings
+        self.uid = uid
+        self.serial = next(_serials)
+        self.name = f"agentenvs-{os.getpid()}-{self.serial}-{os.urandom(3).hex()}"
+        self.container: Any = None
+        self.stream: AttachStream | None = None
+        self.host_pid: int | None = None
+        self.oom = OomCounter(None)
+        self.hello: dict = {}
+        self.recycle = False
+        self.requests = 0
+        self._lock = asyncio.Lock()
+        self._ids = count(1)
+        self._dead = False
+        self._removed = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self, timeout: float) -> dict:
+        try:
+            return await self._start(timeout)
+        except BaseException:
+            await self.kill()
+            raise
+
+    def _create_and_attach(self) -> Any:
+        kwargs = self.settings.create_kwargs(self.uid, self.name)
+        self.container = self.client.containers.create(**kwargs)
+        attached = self.client.api.attach_socket(
+            self.container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        )
+        return attached
+
+    def _start_and_inspect(self) -> None:
+        self.container.start()
+        self.container.reload()
+        self.host_pid = (self.container.attrs.get("State") or {}).get("Pid") or None
+
+    async def _start(self, timeout: float) -> dict:
+        try:
+            attached = await asyncio.to_thread(self._create_and_attach)
+        except Exception as exc:
+            raise WorkerStartError(f"the engine could not create the container: {exc}") from exc
+        self.stream = AttachStream(attached)
+        self.stream.start()
+        try:
+            await asyncio.to_thread(self._start_and_inspect)
+        except Exception as exc:
+            raise WorkerStartError(f"the engine could not start the container: {exc}") from exc
+        if self.host_pid and Path(f"/proc/{self.host_pid}").exists():
+            self.oom = OomCounter(self.host_pid)
+        try:
+            await self.stream.write(
+                encode_frame(supervisor_source()) + encode_frame(self.settings.supervisor_config())
+            )
+            self.hello = await asyncio.wait_for(read_frame(self.stream.stdout), timeout)
+        except (TimeoutError, AttachClosed, asyncio.IncompleteReadError, ProtocolError) as exc:
+            await asyncio.sleep(0.05)
+            raise WorkerStartError(
+                f"the sandbox supervisor did not start in the container ({type(exc).__name__}); "
+                f"its stderr: {self.stream.stderr_tail() or '(empty)'}"
+            ) from exc
+        if self.hello.get("event") != "hello":
+            raise WorkerStartError(
+                f"unexpected first frame from the container: {self.hello!r:.300}"
+            )
+        return self.hello
+
+    @property
+    def alive(self) -> bool:
+        return not self._dead and self.stream is not None and not self.stream.stdout.at_eof()
+
+    def _remove(self) -> None:
+        if self.container is None or self._removed:
+            return
+        self._removed = True
+        with contextlib.suppress(Exception):
+            self.container.remove(force=True)
+
+    def kill_now(self) -> None:
+        """Synchronous part of :meth:`kill` (safe in a cancelled task): stop the I/O."""
+        self._dead = True
+        if self.stream is not None:
+            self.stream.close_now()
+
+    async def kill(self) -> None:
+        """Remove the container (SIGKILL to everything in it) and close the stream."""
+        self._dead = True
+        if self.stream is not None:
+            await self.stream.close()
+        await asyncio.to_thread(self._remove)
+
+    def oom_killed(self) -> bool:
+        """After the container died: did the engine record an OOM kill?"""
+        if self.container is None:
+            return False
+        try:
+            self.container.reload()
+        except Exception:
+            return False
+        return bool((self.container.attrs.get("State") or {}).get("OOMKilled"))
+
+    def stderr_tail(self) -> str:
+        return self.stream.stderr_tail() if self.stream is not None else ""
+
+    def own_host_pids(self, settle: float = 0.5) -> set[int]:
+        """The container's own processes on the host: the supervisor and its prepared child.
+
+        After answering a run, the supervisor forks the next execution's child ahead of
+        time; once set up, that child waits, as a session leader, on a pipe for its
+        request. Exactly one such child of the supervisor is the worker's own; anything
+        else is not (and is a leak). A child still setting itself up is given ``settle``
+        seconds to get there. Empty when the engine runs elsewhere (no host pids to see).
+        """
+        pid = self.host_pid
+        if not pid or self._dead or not Path(f"/proc/{pid}").exists():
+            return set()
+        deadline = time.monotonic() + settle
+        while True:
+            children = _children(pid)
+            prepared = [
+                child
+                for child in children
+                if _stat(child) == ("S", child) and "pipe_read" in _wchan(child)
+            ]
+            if len(prepared) == 1 and len(children) == 1:
+                return {pid, prepared[0]}
+            if not children or time.monotonic() > deadline:
+                return {pid}
+            time.sleep(0.01)
+
+    # ------------------------------------------------------------------ requests
+    async def request(self, message: dict, timeout: float) -> dict:
+        async with self._lock:
+            if not self.alive:
+                raise WorkerDead("the sandbox container is not running", delivered=False)
+            assert self.stream is not None
+            request_id = next(self._ids)
+            self.requests += 1
+            try:
+                await self.stream.write(encode_frame({**message, "id": request_id}))
+            except AttachClosed as exc:
+                await self.kill()
+                raise WorkerDead(f"the sandbox container was gone: {exc}", delivered=False) from exc
+            try:
+                response = await asyncio.wait_for(read_frame(self.stream.stdout), timeout)
+            except TimeoutError as exc:
+                await self.kill()
+                raise WorkerDead(
+                    f"the sandbox container did not answer within {timeout:g} s and was removed",
+                    delivered=True,
+                ) from exc
+            except (asyncio.IncompleteReadError, ProtocolError, OSError) as exc:
+                await asyncio.sleep(0.02)
+                self.kill_now()
+                tail = self.stderr_tail()
+                raise WorkerDead(
+                    "the sandbox container died during the execution"
+                    + (f": {tail}" if tail else ""),
+                    delivered=True,
+                ) from exc
+            except asyncio.CancelledError:
+                self.kill_now()  # the answer would arrive out of turn: this worker is done
+                raise
+            if response.get("id") != request_id:
+                await self.kill()
+                raise WorkerDead("the sandbox container answered out of turn", delivered=True)
+            if response.get("recycle"):
+                self.recycle = True
+            return response
+
+
+def wait_gone(pid: int | None, timeout: float = 5.0) -> bool:
+    """True once a host pid is gone (for tests and cleanup checks)."""
+    if not pid:
+        return True
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def _stat(pid: int) -> tuple[str, int]:
+    """(state, session id) of a process, or ("", 0)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[3])
+    except (OSError, IndexError, ValueError):
+        return "", 0
+
+
+def _wchan(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return ""

@@ -1,0 +1,44 @@
+"""Create a sandbox from a config: the one place that knows every backend.
+
+Backends are imported lazily, so ``import agentenvs.sandbox`` stays cheap and a backend's
+optional dependencies (docker SDK, httpx clients) are only needed when it is chosen.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from agentenvs.sandbox.base import Sandbox, SandboxConfig
+
+BACKENDS: dict[str, str] = {
+    "local": "agentenvs.sandbox.local.backend:LocalSandbox",
+    "docker": "agentenvs.sandbox.docker.backend:DockerSandbox",
+    "sandboxfusion": "agentenvs.sandbox.sandboxfusion:SandboxFusionSandbox",
+}
+
+
+def merged_config(config: SandboxConfig | None = None, **overrides: Any) -> SandboxConfig:
+    """``config`` with ``overrides`` applied and validated (unknown fields raise)."""
+    base = config.model_dump() if config is not None else {}
+    return SandboxConfig.model_validate({**base, **overrides})
+
+
+def backend_class(name: str) -> type[Sandbox]:
+    try:
+        target = BACKENDS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown sandbox backend {name!r} (known: {', '.join(BACKENDS)})"
+        ) from None
+    module_name, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def create(config: SandboxConfig | None = None, **overrides: Any) -> Sandbox:
+    """A sandbox for ``config.backend`` (not started: use ``async with`` or ``await start()``).
+
+    >>> sandbox = create(backend="local", timeout=5, pool_size=2)
+    """
+    cfg = merged_config(config, **overrides)
+    return backend_class(cfg.backend)(cfg)

@@ -1,0 +1,226 @@
+"""`agentenvs check` on clean data from the real collector, and on hand-corrupted copies.
+
+Each corruption below is one of the mistakes the checks exist for; each must be
+caught by the check named for it, and the clean file must pass every check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from agentenvs.envs import make
+from agentenvs.envs.types import TokensWithLogprobs
+from agentenvs.rollout.advantages import compute_advantages, estimator_info
+from agentenvs.rollout.check import check_file
+from agentenvs.rollout.collector import collect
+from agentenvs.rollout.handoff.jsonl import write_samples_jsonl
+from agentenvs.rollout.policies import make_policy
+from agentenvs.rollout.provenance import PolicyIdentity, build_provenance
+from agentenvs.rollout.records import GroupRecord
+from agentenvs.rollout.samples import trajectories_to_samples
+from agentenvs.rollout.store import TrajectoryStore
+
+
+class _RandomLogprobs:
+    """The scripted oracle with made-up negative logprobs, so shifts are visible; every
+    other env opens with a malformed turn (a penalty), so rewards vary in a group."""
+
+    per_env = True
+
+    def __init__(self, seed: int = 0) -> None:
+        self.oracle = make_policy("scripted")
+        self.malformed = make_policy("scripted", variant="malformed")
+        self.rng = random.Random(seed)
+        self.made = 0
+
+    def __call__(self, env):
+        oracle = self.oracle(env)
+        first = self.malformed(env) if self.made % 2 else oracle
+        self.made += 1
+        turns = [0]
+
+        async def policy(observation, stop, *, max_tokens=None):
+            inner = first if turns[0] == 0 else oracle
+            turns[0] += 1
+            out = await inner(observation, stop, max_tokens=max_tokens)
+            logprobs = [-self.rng.uniform(0.01, 3.0) for _ in out.tokens]
+            return TokensWithLogprobs(out.tokens, logprobs, out.stop_reason)
+
+        return policy
+
+
+def _collect(tokenizer, path: Path, *, groups: int = 4, weights_version: int = 3) -> None:
+    config = make("guess_number", tasks=groups)
+    dataset = config.dataset(tokenizer, group_size=3)
+    builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
+    provenance = build_provenance(
+        tokenizer=tokenizer,
+        env_name="guess_number",
+        env_config=config,
+        policy=PolicyIdentity(kind="scripted", weights_version=weights_version),
+    )
+    asyncio.run(
+        collect(
+            builders,
+            _RandomLogprobs(),
+            concurrency=2,
+            store=TrajectoryStore(path),
+            env_name="guess_number",
+            provenance=provenance,
+            progress=False,
+        )
+    )
+
+
+@pytest.fixture
+def clean_store(tokenizer, tmp_path) -> Path:
+    path = tmp_path / "run.jsonl"
+    _collect(tokenizer, path)
+    return path
+
+
+def _rewrite(path: Path, out: Path, edit) -> Path:
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    edit(lines)
+    out.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return out
+
+
+def test_clean_store_passes_every_check(tokenizer, clean_store):
+    report = check_file(clean_store, tokenizer=tokenizer, current_version=3, max_staleness=0)
+    assert report.ok, [f for f in report.findings if f.status == "fail"]
+    for name in ("fixed_input", "fixed_trajectory", "loss_inputs", "re_rendering"):
+        assert report.status(name) == "pass", (name, report.by_check(name))
+    assert report.stats["samples"] == 4 * 3
+
+
+def test_changed_tokenizer_template_is_flagged(tokenizer, clean_store, tmp_path):
+    def edit(lines):
+        lines[2]["provenance"]["tokenizer"]["chat_template_sha256"] = "0" * 16
+
+    report = check_file(_rewrite(clean_store, tmp_path / "bad.jsonl", edit), tokenizer=tokenizer)
+    failed = [f for f in report.by_check("fixed_input") if f.status == "fail"]
+    assert failed and "chat_template_sha256" in failed[0].detail
+    assert lines_key(clean_store, 2) in failed[0].where
+    assert not report.ok
+
+
+def lines_key(path: Path, index: int) -> str:
+    return json.loads(path.read_text().splitlines()[index])["key"]
+
+
+def test_retokenized_action_is_caught(tokenizer, clean_store, tmp_path):
+    """A pipeline that re-encodes an action character by character: same text, other tokens."""
+
+    def edit(lines):
+        tr = lines[0]["trajectories"][1]["transitions"][0]
+        text = tokenizer.decode(tr["ac"])
+        tr["ac"] = [t for ch in text for t in tokenizer.encode(ch, add_special_tokens=False)]
+
+    report = check_file(_rewrite(clean_store, tmp_path / "bad.jsonl", edit), tokenizer=tokenizer)
+    failed = [f for f in report.by_check("fixed_trajectory") if f.status == "fail"]
+    assert failed, report.findings
+    assert "traj 1" in failed[0].where and "turn 0" in failed[0].where
+
+
+def test_shifted_logprobs_in_a_handoff_are_caught(tokenizer, clean_store, tmp_path):
+    clean = _samples_file(clean_store, tmp_path / "samples.jsonl")
+    assert check_file(clean).ok
+
+    def edit(lines):
+        lp = lines[0]["logprobs"]
+        lines[0]["logprobs"] = [*lp[1:], 0.0]  # off by one towards the prompt
+
+    report = check_file(_rewrite(clean, tmp_path / "shifted.jsonl", edit))
+    failed = [f for f in report.by_check("fixed_trajectory") if f.status == "fail"]
+    assert failed and "outside the loss mask" in failed[0].detail
+    assert "token" in failed[0].where
+
+
+def _samples_file(clean_store: Path, path: Path) -> Path:
+    records = list(TrajectoryStore(clean_store).read())
+    groups = [r.group for r in records]
+    samples = trajectories_to_samples(groups, compute_advantages(groups, "grpo"))
+    write_samples_jsonl(samples, path, extra={"advantage_estimator": estimator_info("grpo")})
+    return path
+
+
+@pytest.mark.parametrize("where", ["prompt", "observation"])
+def test_mask_over_an_environment_token_is_caught(tokenizer, clean_store, tmp_path, where):
+    path = _samples_file(clean_store, tmp_path / "samples.jsonl")
+
+    def edit(lines):
+        line = next(ln for ln in lines if ln["loss_mask"].count(0) > ln["prompt_length"])
+        if where == "prompt":
+            pos = line["prompt_length"] - 1
+        else:  # the first environment token after the first action
+            first = line["prompt_length"]
+            pos = next(i for i in range(first, len(line["tokens"])) if line["loss_mask"][i] == 0)
+        line["loss_mask"][pos] = 1
+        line["advantages"][pos] = line["advantage"]
+
+    report = check_file(_rewrite(path, tmp_path / "masked.jsonl", edit))
+    failed = [f for f in report.by_check("fixed_trajectory") if f.status == "fail"]
+    assert failed, report.findings
+    assert ("prompt token" if where == "prompt" else "environment token") in failed[0].detail
+
+
+def test_advantages_not_matching_the_estimator_are_caught(tokenizer, clean_store, tmp_path):
+    def edit(lines):
+        for line in lines:
+            line["extra"]["advantage_estimator"] = estimator_info("grpo", normalize_std=True)
+
+    report = check_file(_rewrite(clean_store, tmp_path / "bad.jsonl", edit), tokenizer=tokenizer)
+    # Rewards differ within groups (the oracle needs a varying number of guesses), so
+    # std normalisation changes the numbers; a constant group would hide it.
+    assert any(
+        f.status == "fail" and "std-normalised" in f.detail for f in report.by_check("loss_inputs")
+    ), report.by_check("loss_inputs")
+
+
+def test_stale_weights_are_caught(tokenizer, clean_store):
+    report = check_file(clean_store, tokenizer=tokenizer, current_version=7, max_staleness=2)
+    failed = [f for f in report.by_check("completion_boundaries") if f.status == "fail"]
+    assert failed and "4 versions behind" in failed[0].detail
+    passed = [f for f in report.by_check("completion_boundaries") if f.status == "pass"]
+    assert "4:" in passed[0].detail
+
+
+def test_unrecorded_prefix_break_is_caught(tokenizer, clean_store, tmp_path):
+    """A context rewritten mid-episode (a template that strips history) without the
+    collector's record of it: the split points no longer match."""
+    records = list(TrajectoryStore(clean_store).read())
+    traj = records[1].group.trajectories[0]
+    assert len(traj.transitions) >= 2
+    traj.transitions[1].ob = traj.transitions[1].ob[5:]  # no longer extends turn 0
+    bad = TrajectoryStore(tmp_path / "bad.jsonl")
+    for record in records:
+        bad.append(record)
+
+    report = check_file(tmp_path / "bad.jsonl", tokenizer=tokenizer)
+    failed = [f for f in report.by_check("re_rendering") if f.status == "fail"]
+    assert failed and "prefix breaks" in failed[0].detail
+    assert records[1].key in failed[0].where
+
+
+def test_failed_groups_and_garbage_do_not_crash(tokenizer, tmp_path):
+    path = tmp_path / "run.jsonl"
+    record = GroupRecord(
+        key="0:x",
+        env="guess_number",
+        task_id="x",
+        group=None,
+        status="failed",
+        error="RuntimeError: boom",
+    )
+    TrajectoryStore(path).append(record)
+    report = check_file(path, tokenizer=tokenizer)
+    assert report.stats == {"groups": 1, "ok": 0, "failed": 1, "samples": 0}
+    (tmp_path / "junk.jsonl").write_text('{"hello": 1}\n')
+    with pytest.raises(ValueError, match="neither"):
+        check_file(tmp_path / "junk.jsonl")

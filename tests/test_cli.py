@@ -1,0 +1,406 @@
+"""The agentenvs command: list, rollout, view, demo, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentenvs.rollout.cli import CLIError, app, parse_assignments
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def assert_one_line_error(result, *fragments: str, code: int = 2) -> None:
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in result.stderr + result.stdout
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def rollout(out: Path, *extra: str):
+    return invoke(
+        "rollout", "guess_number", "--groups", "3", "--group-size", "2",
+        "--out", out, "--json-summary", "--no-progress", *extra,
+    )  # fmt: skip
+
+
+# ---- parsing --------------------------------------------------------------------------------
+
+
+def test_parse_assignments_nests_and_reads_json() -> None:
+    parsed = parse_assignments(
+        ["limits.max_turns=5", "limits.max_tokens_per_turn=64", "renderer=chat", "words=[\"a\"]",
+         "name=plain text", "flag=true", "empty="],
+        "--set",
+    )  # fmt: skip
+    assert parsed == {
+        "limits": {"max_turns": 5, "max_tokens_per_turn": 64},
+        "renderer": "chat",
+        "words": ["a"],
+        "name": "plain text",
+        "flag": True,
+        "empty": "",
+    }
+
+
+@pytest.mark.parametrize(
+    "items", [["novalue"], ["=3"], ["a..b=1"], ["a=1", "a.b=2"], ["a.b=2", "a=1"]]
+)
+def test_parse_assignments_rejects_bad_input(items) -> None:
+    with pytest.raises(CLIError):
+        parse_assignments(items, "--set")
+
+
+# ---- list ----------------------------------------------------------------------------------
+
+
+def test_list_table_and_json() -> None:
+    table = invoke("list")
+    assert table.exit_code == 0
+    assert "guess_number" in table.stdout and "agentenvs/GuessNumber-v0" in table.stdout
+    rows = {row["name"]: row for row in json.loads(invoke("list", "--json").stdout)}
+    assert rows["guess_number"]["gym_id"] == "agentenvs/GuessNumber-v0"
+    assert rows["guess_number"]["entry_point"] == "agentenvs.envs.guess_number:GuessNumberConfig"
+    assert rows["guess_number"]["available"] is True
+    for row in rows.values():  # an entry that cannot load says why instead of vanishing
+        assert row["available"] or row["error"]
+
+
+# ---- rollout -------------------------------------------------------------------------------
+
+
+def test_rollout_writes_records_and_one_json_line(tmp_path) -> None:
+    out = tmp_path / "runs" / "g.jsonl"
+    result = rollout(out)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1
+    summary = json.loads(lines[0])
+    assert summary["groups"] == 3 and summary["trajectories"] == 6 and summary["failed"] == 0
+    assert summary["mean_reward"] == 1.0  # the oracle bisects within the default 10 turns
+    assert summary["skipped"] == 0 and summary["stop_reasons"] == {"completed": 6}
+
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["key"] for r in records] == sorted(r["key"] for r in records) or len(records) == 3
+    assert {r["task_id"] for r in records} == {"train/0", "train/1", "train/2"}
+    prov = records[0]["provenance"]
+    assert prov["tokenizer"]["spec"] == "builtin"
+    assert len(prov["tokenizer"]["chat_template_sha256"]) == 16
+    assert prov["env"]["name"] == "guess_number"
+    assert prov["env"]["renderer"] == "chat"
+    assert prov["env"]["version"] == "0"
+    assert len(prov["env"]["config_sha256"]) == 16
+    assert prov["policy"]["kind"] == "scripted"
+    assert prov["policy"]["options"]["variant"] == "oracle"
+    assert records[0]["env_config"]["limits"]["max_turns"] == 10
+
+
+def test_rollout_resumes_and_applies_sets(tmp_path) -> None:
+    out = tmp_path / "g.jsonl"
+    first = rollout(out, "--set", "limits.max_turns=2", "--set", "high=1000")
+    assert first.exit_code == 0, first.stderr
+    assert json.loads(first.stdout)["stop_reasons"] == {"max_turns": 6}
+    again = invoke(
+        "rollout", "guess_number", "--groups", "5", "--group-size", "2", "--out", out,
+        "--json-summary", "--set", "limits.max_turns=2", "--set", "high=1000",
+    )  # fmt: skip
+    assert again.exit_code == 0, again.stderr
+    summary = json.loads(again.stdout)
+    assert (summary["skipped"], summary["groups"]) == (3, 2)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 5 and len({r["key"] for r in records}) == 5
+    assert all(r["env_config"]["limits"]["max_turns"] == 2 for r in records)
+    assert all(r["env_config"]["high"] == 1000 for r in records)
+
+
+def test_rollout_table_by_default(tmp_path) -> None:
+    result = invoke(
+        "rollout", "guess_number", "--groups", "1", "--group-size", "1",
+        "--out", tmp_path / "t.jsonl", "--no-progress",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    for word in ("groups", "trajectories", "mean reward", "stop reasons", "completed: 1"):
+        assert word in result.stdout
+
+
+def test_replay_reproduces_the_tokens(tmp_path) -> None:
+    source, copy = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert rollout(source).exit_code == 0
+    replay = rollout(copy, "--policy", "replay", "--policy-opt", f"path={source}")
+    assert replay.exit_code == 0, replay.stderr
+    assert json.loads(replay.stdout)["mean_reward"] == 1.0
+
+    def actions(path: Path) -> dict:
+        return {
+            r["key"]: [[t["ac"] for t in traj["transitions"]] for traj in r["trajectories"]]
+            for r in map(json.loads, path.read_text().splitlines())
+        }
+
+    assert actions(copy) == actions(source)
+
+
+def test_unknown_env(tmp_path) -> None:
+    result = invoke("rollout", "no_such_env", "--out", tmp_path / "x.jsonl")
+    assert_one_line_error(result, "unknown environment 'no_such_env'", "guess_number")
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("sets", "fragment"),
+    [
+        (["nope=1"], "nope"),
+        (["limits.max_turn=3"], "limits.max_turn"),
+        (["tasks=zero"], "tasks"),
+        (["limits"], "--set expects key=value"),
+    ],
+)
+def test_bad_config(tmp_path, sets, fragment) -> None:
+    args = [a for s in sets for a in ("--set", s)]
+    result = invoke("rollout", "guess_number", "--out", tmp_path / "x.jsonl", *args)
+    assert_one_line_error(result, fragment)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--policy", "telepathy"], "unknown policy 'telepathy'"),
+        (["--policy", "scripted", "--policy-opt", "colour=red"], "colour"),
+        (["--policy", "replay", "--policy-opt", "path=/nonexistent/x.jsonl"], "/nonexistent"),
+        (["--tokenizer", "/nonexistent/tokenizer"], "cannot load tokenizer"),
+        (["--renderer", "html"], "renderer"),
+        (["--groups", "0"], "--groups"),
+        (["--concurrency", "0"], "--concurrency"),
+    ],
+)
+def test_bad_rollout_options(tmp_path, args, fragment) -> None:
+    result = invoke("rollout", "guess_number", "--out", tmp_path / "x.jsonl", *args)
+    assert_one_line_error(result, fragment)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def silent_server():
+    """A TCP server on 127.0.0.1 that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+@pytest.mark.parametrize("server", ["refused", "silent"])
+def test_policy_server_that_does_not_answer(tmp_path, server, request) -> None:
+    port = _closed_port() if server == "refused" else request.getfixturevalue("silent_server")
+    out = tmp_path / "x.jsonl"
+    result = invoke(
+        "rollout", "guess_number", "--groups", "2", "--group-size", "1", "--out", out,
+        "--policy", "openai", "--policy-opt", f"url=http://127.0.0.1:{port}",
+        "--policy-opt", "model=m", "--policy-opt", "retries=0", "--policy-opt", "timeout=1",
+        "--retries", "0", "--no-progress", "--json-summary",
+    )  # fmt: skip
+    assert_one_line_error(result, "2 of 2 groups failed", f"127.0.0.1:{port}", code=1)
+    assert json.loads(result.stdout)["failed"] == 2  # the summary still came out
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["status"] for r in records] == ["failed", "failed"]  # recorded, not dropped
+
+
+# ---- view ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("view") / "g.jsonl"
+    result = invoke(
+        "rollout", "guess_number", "--groups", "2", "--group-size", "2", "--out", out,
+        "--json-summary", "--set", "limits.max_turns=3",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    return out
+
+
+def test_view_terminal(stored) -> None:
+    result = invoke("view", stored)
+    assert result.exit_code == 0, result.stderr
+    text = result.stdout
+    assert "2 (2 ok, 0 failed), 4 trajectories" in text
+    assert "group 1" in text and "trajectory 1" in text
+    assert "<guess>50</guess>" in text and "max_turns" in text
+    only = invoke("view", stored, "--group", "1")
+    assert "group 1" in only.stdout and "group 0 " not in only.stdout
+
+
+def test_view_html_is_self_contained_and_marks_tokens(stored, tmp_path, tokenizer) -> None:
+    from html.parser import HTMLParser
+
+    page_path = tmp_path / "view.html"
+    result = invoke("view", stored, "--html", page_path)
+    assert result.exit_code == 0, result.stderr
+    page = page_path.read_text()
+    assert "<script>" in page and "<style>" in page
+    assert "http://" not in page and "https://" not in page
+    assert " src=" not in page and "<link" not in page
+
+    class Spans(HTMLParser):
+        """Collects token spans per trajectory block, checking tags are balanced."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.stack: list[tuple[str, str]] = []
+            self.streams: list[list[tuple[str, str, str]]] = []
+
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            if tag == "pre" and "stream" in (attrs.get("class") or ""):
+                self.streams.append([])
+            if tag in ("meta", "input", "br"):
+                return
+            self.stack.append((tag, attrs.get("class") or "", attrs.get("title") or ""))
+
+        def handle_endtag(self, tag):
+            assert self.stack and self.stack[-1][0] == tag, (tag, self.stack[-3:])
+            self.stack.pop()
+
+        def handle_data(self, data):
+            if len(self.stack) < 2 or self.stack[-1][0] != "span":
+                return
+            parent = self.stack[-2][1].split()
+            if parent[:1] == ["seg"]:  # a token piece inside a prompt/env/sampled segment
+                self.streams[-1].append((parent[1], data, self.stack[-1][2]))
+
+    parser = Spans()
+    parser.feed(page)
+    assert parser.stack == []
+    records = [json.loads(line) for line in stored.read_text().splitlines()]
+    trajectories = [t for r in records for t in r["trajectories"]]
+    assert len(parser.streams) == len(trajectories) == 4
+    for stream, traj in zip(parser.streams, trajectories, strict=True):
+        sampled = "".join(text for kind, text, _ in stream if kind == "sampled")
+        actions = "".join(tokenizer.decode(t["ac"]) for t in traj["transitions"])
+        assert sampled == actions
+        masked = "".join(text for kind, text, _ in stream if kind in ("prompt", "env"))
+        observed = "".join(tokenizer.decode(t["ob_new"]) for t in traj["transitions"])
+        assert masked == observed
+        titles = [title for kind, _, title in stream if kind == "sampled"]
+        assert all(t.startswith("id ") and "logprob 0.0000" in t for t in titles)
+    assert "max_turns" in page and "stop reasons" in page
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("GOOD\nthis is not json\nGOOD\n", ":2: not valid JSON"),
+        ("[1, 2, 3]\n", ":1: not a trajectory record"),
+        ('{"format": 1, "key": "a"}\n', ":1: not a trajectory record (missing field"),
+        ('{"format": 99, "key": "a", "env": "", "task_id": ""}\n', "unsupported trajectory format"),
+    ],
+)
+def test_view_rejects_corrupt_files(tmp_path, stored, content, fragment) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content.replace("GOOD", stored.read_text().splitlines()[0]))
+    assert_one_line_error(invoke("view", path), fragment)
+
+
+def test_view_tolerates_a_torn_last_line(stored, tmp_path) -> None:
+    path = tmp_path / "torn.jsonl"
+    text = stored.read_text()
+    path.write_text(text + text.splitlines()[0][:50])  # a run killed mid-write
+    result = invoke("view", path)
+    assert result.exit_code == 0, result.stderr
+    assert "2 (2 ok, 0 failed)" in result.stdout
+
+
+def test_view_unreadable_inputs(tmp_path, stored) -> None:
+    assert_one_line_error(invoke("view", tmp_path / "missing.jsonl"), "no such file")
+    assert_one_line_error(invoke("view", tmp_path), "is a directory")
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    assert_one_line_error(invoke("view", binary), "not a text file")
+    assert_one_line_error(invoke("view", stored, "--group", "7"), "no group 7")
+
+
+def test_view_names_a_tokenizer_it_cannot_load(tmp_path, stored) -> None:
+    records = [json.loads(line) for line in stored.read_text().splitlines()]
+    for r in records:
+        r["provenance"]["tokenizer"]["spec"] = "/nonexistent/tokenizer"
+    path = tmp_path / "other.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert_one_line_error(invoke("view", path), "/nonexistent/tokenizer", "--tokenizer")
+    assert invoke("view", path, "--tokenizer", "builtin").exit_code == 0
+
+
+# ---- demo and sub-apps ---------------------------------------------------------------------
+
+
+def test_demo_runs_every_env_it_can(tmp_path) -> None:
+    result = invoke("demo", "--out-dir", tmp_path)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    names = [row["name"] for row in json.loads(invoke("list", "--json").stdout)]
+    for name in names:
+        assert name in result.stdout
+    records = [json.loads(line) for line in (tmp_path / "demo-guess_number.jsonl").open()]
+    assert records and all(r["status"] == "ok" for r in records)
+    assert all(reward == 1.0 for r in records for reward in r["total_rewards"])
+    assert (tmp_path / "demo-guess_number.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_demo_of_one_env_and_unknown_env(tmp_path) -> None:
+    result = invoke("demo", "--out-dir", tmp_path, "--env", "guess_number")
+    assert result.exit_code == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "demo-guess_number.html",
+        "demo-guess_number.jsonl",
+    ]
+    assert_one_line_error(invoke("demo", "--out-dir", tmp_path, "--env", "nope"), "nope")
+
+
+def test_subapps_are_mounted_when_they_import() -> None:
+    import importlib
+
+    from agentenvs.rollout.cli import SUBAPPS
+
+    help_text = invoke("--help").stdout
+    for name, module in SUBAPPS.items():
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            continue
+        assert name in help_text
+
+
+def test_error_text_is_not_taken_as_markup(tmp_path) -> None:
+    path = tmp_path / "[bold]x[/bold].jsonl"
+    assert_one_line_error(invoke("view", path), "[bold]x[/bold].jsonl: no such file")

@@ -1,0 +1,127 @@
+"""The viewer's pieces: decoding tokens for display, spotting restarts, escaping."""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
+from agentenvs.rollout.records import GroupRecord
+from agentenvs.rollout.viewer import (
+    decode_pieces,
+    overview,
+    render_html,
+    render_terminal,
+    trajectory_view,
+)
+
+
+def enc(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(text=st.text(max_size=40))
+def test_pieces_concatenate_to_the_decoding(tokenizer, text) -> None:
+    ids = enc(tokenizer, text)
+    pieces = decode_pieces(tokenizer, ids)
+    assert [t for p in pieces for t in p.token_ids] == ids
+    assert "".join(p.text for p in pieces) == tokenizer.decode(ids)
+
+
+def test_split_characters_are_shown_whole(tokenizer) -> None:
+    ids = enc(tokenizer, "a日本b")
+    pieces = decode_pieces(tokenizer, ids, [-0.5] * len(ids))
+    texts = [p.text for p in pieces]
+    assert "日" in texts and "本" in texts and "\ufffd" not in "".join(texts)
+    grouped = next(p for p in pieces if p.text == "日")
+    assert len(grouped.token_ids) > 1  # byte-level: one character, several tokens
+    assert grouped.title().count("logprob -0.5000") == len(grouped.token_ids)
+
+
+def test_special_tokens_are_marked(tokenizer) -> None:
+    pieces = decode_pieces(tokenizer, enc(tokenizer, "hi<|im_end|>"))
+    assert [(p.text, p.special) for p in pieces][-1] == ("<|im_end|>", True)
+    assert not pieces[0].special
+
+
+def _record(tokenizer) -> GroupRecord:
+    prompt = enc(tokenizer, "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n")
+    a1 = enc(tokenizer, "<think>x</think>1<|im_end|>")
+    obs = enc(tokenizer, "\n<|im_start|>user\n<script>alert(1)</script><|im_end|>\n")
+    rebuilt = enc(tokenizer, "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n1")
+    a2 = enc(tokenizer, "2<|im_end|>")
+    traj = Trajectory(
+        [
+            Transition(prompt, TokensWithLogprobs(a1, [-0.1] * len(a1), "eos"), 0.0, False),
+            Transition(prompt + a1 + obs, TokensWithLogprobs(a1, None, "eos"), 0.5, False),
+            Transition(rebuilt, TokensWithLogprobs(a2, [-1.0] * len(a2), "eos"), 1.0, True,
+                       metrics={"stop/completed": 1}),
+        ],
+        stop_reason="completed",
+    )  # fmt: skip
+    group = TrajectoryGroup([traj], [0.25], [{"judge": 1}])
+    return GroupRecord("0:t", "demo_env", "t", group)
+
+
+def test_trajectory_view_marks_env_tokens_and_restarts(tokenizer) -> None:
+    record = _record(tokenizer)
+    view = trajectory_view(tokenizer, record.group.trajectories[0], 0, 0.25)
+    kinds = [(s.kind, s.restart) for s in view.spans]
+    assert kinds == [
+        ("prompt", False),
+        ("sampled", False),
+        ("env", False),
+        ("sampled", False),
+        ("prompt", True),
+        ("sampled", False),
+    ]
+    assert view.samples == 2
+    assert [row.restart for row in view.turns] == [False, False, True]
+    assert view.turns[1].mean_logprob is None and view.turns[2].mean_logprob == -1.0
+    assert view.total_reward == 1.75
+    assert view.sampled_tokens == sum(r.action_tokens for r in view.turns)
+
+
+def test_html_escapes_text_and_shows_failures(tokenizer) -> None:
+    failed = GroupRecord("1:t", "demo_env", "t", None, status="failed", error="boom <b>x</b>")
+    page = render_html([_record(tokenizer), failed], tokenizer, source="mem")
+    assert page.count("<script>") == 1  # only the page's own; the env's text is escaped
+    streams = re.findall(r'<pre class="stream">(.*?)</pre>', page, re.DOTALL)
+    assert "<script>alert(1)</script>" in html.unescape(re.sub(r"<[^>]+>", "", streams[0]))
+    assert "boom &lt;b&gt;x&lt;/b&gt;" in page
+    assert "new training sample" in page
+    assert 'data-lp="-1.0000"' in page
+    assert "judge=1" in page
+
+
+def test_terminal_view(tokenizer) -> None:
+    failed = GroupRecord("1:t", "demo_env", "t", None, status="failed", error="boom [red]x")
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=200, color_system=None)
+    render_terminal([_record(tokenizer), failed], tokenizer, console, source="mem")
+    text = buffer.getvalue()
+    assert "[new training sample]" in text
+    assert "boom [red]x" in text  # user text is not taken as markup
+    assert "(failed)" in text and "2 training samples" in text
+
+
+def test_overview_counts(tokenizer) -> None:
+    failed = GroupRecord("1:t", "demo_env", "t", None, status="failed", error="x")
+    summary = overview([_record(tokenizer), failed])
+    assert summary == {
+        "groups": 2,
+        "ok": 1,
+        "failed": 1,
+        "trajectories": 1,
+        "mean_reward": 1.75,
+        "stop_reasons": {"completed": 1},
+        "envs": ["demo_env"],
+    }
