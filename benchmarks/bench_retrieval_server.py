@@ -167,20 +167,25 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--port", type=int, default=8791)
+    parser.add_argument("--workdir", help="keep the generated corpus and index here for reruns")
     args = parser.parse_args()
 
     from agentenvs.envs.search_r1.retrievers import RetrieverConfig, build_index
 
-    with tempfile.TemporaryDirectory() as tmp:
-        corpus = Path(tmp) / "corpus.jsonl"
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(args.workdir or scratch)
+        work.mkdir(parents=True, exist_ok=True)
+        corpus, index, qfile = work / "corpus.jsonl", work / "index", work / "queries.json"
         t0 = time.perf_counter()
-        queries = make_corpus(corpus, args.passages)
+        if not qfile.is_file():  # --workdir keeps the corpus and index between runs
+            qfile.write_text(json.dumps(make_corpus(corpus, args.passages)))
+        queries = json.loads(qfile.read_text())
         t1 = time.perf_counter()
-        index = build_index(RetrieverConfig(corpus=str(corpus)), Path(tmp) / "index")
+        if not (index / "params.index.json").is_file():
+            build_index(RetrieverConfig(corpus=str(corpus)), index)
         t2 = time.perf_counter()
-        print(
-            f"corpus: {args.passages} passages generated in {t1 - t0:.1f}s, indexed in {t2 - t1:.1f}s"
-        )
+        n = sum(1 for _ in corpus.open())
+        print(f"corpus: {n} passages ready in {t1 - t0:.1f}s, index in {t2 - t1:.1f}s")
         url = f"http://127.0.0.1:{args.port}/retrieve"
         rows = {}
         scenarios = [
@@ -198,6 +203,11 @@ def main() -> None:
                 "batched server, 8 queries/request",
                 64,
                 lambda: drive(url, queries, args.clients, 8, args.seconds),
+            ),
+            (  # Search-R1's trainer posts every active rollout's query in one request
+                "batched server, 64 queries/request",
+                64,
+                lambda: drive(url, queries, 4, 64, args.seconds),
             ),
             (
                 "http retriever, 1 query/env",

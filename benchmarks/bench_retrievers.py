@@ -327,13 +327,15 @@ async def run_lucene(corpus: Path, work: Path, queries: list[str], args: argpars
 async def run_dense(
     corpus: Path, work: Path, queries: list[str], args: argparse.Namespace
 ) -> tuple[Run, str]:
-    from agentenvs.envs.search_r1.retrievers.dense import DenseRetriever
+    from agentenvs.envs.search_r1.retrievers.dense import DenseRetriever, set_compute_threads
     from agentenvs.envs.search_r1.retrievers.dense_encoder import SentenceEncoder
 
     sample = work / "dense-sample.jsonl"
     with corpus.open(encoding="utf-8") as src, sample.open("w", encoding="utf-8") as dst:
         for _, line in zip(range(args.dense_sample), src, strict=False):
             dst.write(line)
+    if args.dense_threads is not None:
+        set_compute_threads(args.dense_threads)
     SentenceEncoder()  # load the model outside the timed build
     _, sample_s = timed(DenseRetriever.build_index, sample, work / "dense-sample", progress=False)
     rate = args.dense_sample / sample_s
@@ -350,8 +352,11 @@ async def run_dense(
             f"build estimated: {args.dense_sample} passages embedded at {rate:.0f}/s, "
             f"extrapolated, + {store_s:.1f} s store/faiss; passage vectors are stand-ins"
         )
-    retriever = DenseRetriever(out, batch_size=args.batch, batch_wait_ms=0)
-    run = Run("dense", build_s, note=build_note, meaningful_hits=args.dense_real)
+    retriever = DenseRetriever(
+        out, batch_size=args.batch, batch_wait_ms=0, threads=args.dense_threads
+    )
+    name = "dense" if args.dense_threads is None else f"dense ({args.dense_threads} thread)"
+    run = Run(name, build_s, note=build_note, meaningful_hits=args.dense_real)
     return await measure(run, retriever, queries, args.batch, args.latency_queries), build_note
 
 
@@ -447,6 +452,9 @@ def main() -> None:
     )
     parser.add_argument("--dense-real", action="store_true", help="embed the whole corpus (slow)")
     parser.add_argument("--skip-dense", action="store_true")
+    parser.add_argument(
+        "--dense-threads", type=int, help="torch/faiss threads for dense (default: theirs)"
+    )
     parser.add_argument("--workdir", help="keep corpus and indexes here (default: a temp folder)")
     parser.add_argument("--json", help="also write the figures here")
     asyncio.run(main_async(parser.parse_args()))

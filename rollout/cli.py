@@ -521,6 +521,125 @@ def view_command(
             render_terminal(records, tok, out, source=str(file), group=group)
 
 
+# ---- check ----------------------------------------------------------------------------------------
+
+_STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
+
+
+@app.command("check")
+def check_command(
+    file: Annotated[Path, typer.Argument(help="A trajectory store or a JSONL samples hand-off.")],
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="Tokenizer for the decode and re-rendering checks (default: the file's)."
+        ),
+    ] = None,
+    current_version: Annotated[
+        int | None, typer.Option(help="The policy's current weights version, to judge staleness.")
+    ] = None,
+    max_staleness: Annotated[
+        int | None, typer.Option(help="Fail when a group is more versions behind than this.")
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="One JSON object instead of a table.")
+    ] = False,
+) -> None:
+    """Check that a run's data lines up before training on it; exit 1 on any failure."""
+    from agentenvs.rollout.check import check_file
+
+    with friendly_errors():
+        if not file.is_file():
+            raise CLIError(f"cannot read {file}: no such file")
+        tok = None
+        first = _first_line(file)
+        if "trajectories" in first:
+            from agentenvs.rollout.viewer import load_records
+
+            tok, _ = load_view_tokenizer(load_records(file), tokenizer)
+        try:
+            report = check_file(
+                file, tokenizer=tok, current_version=current_version, max_staleness=max_staleness
+            )
+        except (ValueError, KeyError) as error:
+            raise CLIError(f"{file}: {_one_line(str(error))}") from None
+    if json_output:
+        payload = {
+            "source": report.source,
+            "kind": report.kind,
+            "ok": report.ok,
+            "stats": report.stats,
+            "findings": [vars(f) for f in report.findings],
+        }
+        sys.stdout.write(json.dumps(payload, sort_keys=True) + "\n")
+    else:
+        table = Table(title=f"agentenvs check: {file} ({report.kind})")
+        for column in ("check", "status", "detail", "first offender"):
+            table.add_column(column, overflow="fold")
+        for finding in report.findings:
+            style = _STATUS_STYLE[finding.status]
+            table.add_row(
+                finding.check, f"[{style}]{finding.status}[/]", finding.detail, finding.where
+            )
+        out.print(table)
+        out.print(
+            ("[green]all checks passed[/]" if report.ok else "[bold red]checks failed[/]")
+            + f"  {report.stats}"
+        )
+    if not report.ok:
+        raise typer.Exit(EXIT_FAILED_GROUPS)
+
+
+def _first_line(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    return json.loads(line)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CLIError(f"cannot read {path}: {_one_line(str(error))}") from None
+    raise CLIError(f"{path} is empty")
+
+
+@app.command("check-template")
+def check_template_command(
+    tokenizer: Annotated[
+        str, typer.Argument(help="A local Hugging Face tokenizer directory, or 'builtin'.")
+    ],
+    strict: Annotated[
+        bool, typer.Option(help="Exit 1 when the template does not extend every turn.")
+    ] = False,
+) -> None:
+    """Does the chat template extend each turn? Where not, the collector splits samples."""
+    from agentenvs.rollout.template_check import check_template
+
+    with friendly_errors():
+        tok = load_tokenizer_or_fail(tokenizer)
+        try:
+            report = check_template(tok, tokenizer)
+        except Exception as error:  # a template that cannot render these conversations
+            raise CLIError(
+                f"template of {tokenizer!r} failed to render: {_one_line(str(error))}"
+            ) from None
+    table = Table(title=f"chat template of {report.tokenizer}")
+    for column in ("conversation", "turn", "extends", "collector does", "detail"):
+        table.add_column(column, overflow="fold")
+    for conv in report.conversations:
+        for turn in conv.turns:
+            mark = "[green]yes[/]" if turn.extends else "[bold red]no[/]"
+            table.add_row(conv.name, str(turn.turn), mark, turn.collector_action, turn.detail)
+    out.print(table)
+    verdict = (
+        "extends every turn: one training sample per trajectory"
+        if report.extends
+        else "rewrites history: the collector starts a new sample at each break (counted in "
+        "metric renderer/prefix_breaks)"
+    )
+    out.print(verdict)
+    if strict and not report.extends:
+        raise typer.Exit(EXIT_FAILED_GROUPS)
+
+
 # ---- demo ---------------------------------------------------------------------------------------
 
 

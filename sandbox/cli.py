@@ -65,3 +65,43 @@ def capabilities_command(
     if report["missing"]:
         err.print(f"missing required layer(s): {', '.join(report['missing'])}")
         raise typer.Exit(EXIT_MISSING)
+
+
+@app.command("serve")
+def serve_command(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
+    backend: Annotated[
+        str, typer.Option(help="Backend that runs the code: local or docker.")
+    ] = "local",
+    pool_size: Annotated[int, typer.Option(help="Warm workers (executions at once).")] = 2,
+    timeout: Annotated[float, typer.Option(help="Default wall seconds per execution.")] = 10.0,
+    memory_mb: Annotated[int, typer.Option(help="Default memory limit per execution (MB).")] = 1024,
+    require: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--require", help="A layer that must be active (repeatable), else refuse to start."
+        ),
+    ] = None,
+) -> None:
+    """Serve SandboxFusion's POST /run_code (and /v1/ping) over this machine's sandbox.
+
+    Existing SandboxFusion clients (verl, the sandbox-fusion package) work unchanged:
+    point them at http://HOST:PORT.
+    """
+    from agentenvs.sandbox.base import SandboxConfig
+    from agentenvs.sandbox.server import serve
+
+    if backend not in ("local", "docker"):
+        err.print(f"error: --backend must be local or docker, not {backend!r}")
+        raise typer.Exit(EXIT_UNAVAILABLE)
+    config = SandboxConfig(
+        backend=backend,  # type: ignore[arg-type]
+        pool_size=pool_size,
+        timeout=timeout,
+        memory_limit_mb=memory_mb,
+        min_isolation=list(require or []),
+        show_last_expression=False,
+    )
+    err.print(f"serving the {backend} sandbox on http://{host}:{port}/run_code")
+    serve(host=host, port=port, config=config, log_level="warning")

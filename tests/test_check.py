@@ -224,3 +224,63 @@ def test_failed_groups_and_garbage_do_not_crash(tokenizer, tmp_path):
     (tmp_path / "junk.jsonl").write_text('{"hello": 1}\n')
     with pytest.raises(ValueError, match="neither"):
         check_file(tmp_path / "junk.jsonl")
+
+
+# ---- the CLI ---------------------------------------------------------------------------------
+
+
+def _cli(*args: str):
+    from typer.testing import CliRunner
+
+    from agentenvs.rollout.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.mark.parametrize("env", ["guess_number", "search_r1", "retool", "alfworld"])
+def test_clean_output_of_each_environment_passes(env, tmp_path):
+    out = tmp_path / f"{env}.jsonl"
+    result = _cli(
+        "rollout", env, "--policy", "scripted", "--groups", "2", "--group-size", "2",
+        "--out", str(out), "--json-summary", "--policy-opt", "weights_version=5",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    checked = _cli("check", str(out), "--json", "--current-version", "5", "--max-staleness", "0")
+    assert checked.exit_code == 0, checked.output
+    payload = json.loads(checked.output.strip().splitlines()[-1])
+    assert payload["ok"] and payload["stats"]["samples"] == 4
+    statuses = {f["check"]: f["status"] for f in payload["findings"] if f["status"] != "warn"}
+    assert statuses == {
+        "fixed_input": "pass",
+        "fixed_trajectory": "pass",
+        "loss_inputs": "pass",
+        "completion_boundaries": "pass",
+        "re_rendering": "pass",
+    }
+
+
+def test_cli_check_exits_nonzero_and_names_the_offender(tokenizer, clean_store, tmp_path):
+    bad = _rewrite(
+        clean_store,
+        tmp_path / "bad.jsonl",
+        lambda lines: lines[1]["provenance"]["tokenizer"].update(vocab_sha256="f" * 16),
+    )
+    result = _cli("check", str(bad), "--tokenizer", "builtin")
+    assert result.exit_code == 1
+    assert "vocab_sha256" in result.output and "checks failed" in result.output
+
+
+def test_cli_check_bad_input_is_one_line(tmp_path):
+    missing = _cli("check", str(tmp_path / "nope.jsonl"))
+    assert missing.exit_code == 2 and "no such file" in missing.output
+    (tmp_path / "junk.jsonl").write_text("not json\n")
+    junk = _cli("check", str(tmp_path / "junk.jsonl"))
+    assert junk.exit_code == 2 and "Traceback" not in junk.output
+
+
+def test_cli_check_template(tmp_path):
+    result = _cli("check-template", "builtin", "--strict")
+    assert result.exit_code == 0, result.output
+    assert "extends every turn" in result.output
+    bad = _cli("check-template", str(tmp_path / "no-such-tokenizer"))
+    assert bad.exit_code == 2 and "no such directory" in bad.output

@@ -151,14 +151,39 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
+def _describe(pids: set[int]) -> dict[int, str]:
+    described = {}
+    for pid in pids:
+        try:
+            described[pid] = (
+                Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+            )
+        except OSError:
+            described[pid] = "?"
+    return described
+
+
+def _helper_processes() -> set[int]:
+    """Long-lived services other suites' fixtures started in this pytest process (podman)."""
+    helpers = set()
+    for pid in _descendants(os.getpid()):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmdline.startswith((b"podman", b"/usr/bin/podman", b"conmon", b"/usr/bin/conmon")):
+            helpers |= {pid} | _descendants(pid)
+    return helpers
+
+
 async def assert_host_and_pool_unharmed(spec: BackendSpec, sandbox: Sandbox, ctx: Context) -> None:
     assert Path(ctx.canary_path).read_text() == ctx.canary_secret, "host canary file changed"
     assert ctx.connections_accepted() == 0, "the sandbox reached a host TCP listener"
     # Nothing the program started is alive on the host...
     assert spec.stray_host_processes(sandbox) == set()
     if hasattr(sandbox, "host_pids"):
-        strays = _descendants(os.getpid()) - sandbox.host_pids()
-        assert strays == set(), f"host processes left behind: {strays}"
+        strays = _descendants(os.getpid()) - sandbox.host_pids() - _helper_processes()
+        assert strays == set(), f"host processes left behind: {_describe(strays)}"
     # ...nor inside the sandbox, and the pool still works.
     inside = await sandbox.run(LEFTOVERS_INSIDE)
     assert inside.ok, inside

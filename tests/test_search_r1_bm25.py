@@ -62,3 +62,20 @@ def test_index_is_built_once_and_loaded_memory_mapped(tmp_path):
 def test_analyzer_without_stemming():
     assert Analyzer(stemmer=None).terms("The Runners, running!") == ["runners", "running"]
     assert Analyzer().terms("The Runners, running!") == ["runner", "run"]
+
+
+def test_gzipped_and_title_text_corpora_are_read(tmp_path):
+    import gzip
+
+    from agentenvs.envs.search_r1.corpus import load_corpus
+
+    path = tmp_path / "wiki.jsonl.gz"
+    with gzip.open(path, "wt") as handle:
+        handle.write(json.dumps({"id": "w1", "contents": '"Alpha"\nfirst passage'}) + "\n\n")
+        handle.write(json.dumps({"id": "w2", "title": "Beta", "text": "second passage"}) + "\n")
+    passages = load_corpus(path)
+    assert [p.contents for p in passages] == ['"Alpha"\nfirst passage', '"Beta"\nsecond passage']
+    retriever = BM25Retriever(
+        RetrieverConfig(index_dir=str(build_bm25_index(path, tmp_path / "i")))
+    )
+    assert retriever.search_sync(["beta"], 3)[0][0].id == "w2"

@@ -195,3 +195,12 @@ def test_overwrite_rebuilds_in_place(tmp_path: Path) -> None:
     corpus.write_text(json.dumps({"id": "new", "contents": '"Other"\nkestrel hunts'}) + "\n")
     LuceneRetriever.build_index(corpus, out, progress=False, overwrite=True)
     assert LuceneRetriever(out).search_sync(["kestrel"], 3)[0][0].id == "new"
+
+
+def test_failed_build_leaves_nothing_behind(corpus: Path, tmp_path: Path) -> None:
+    def stop(_: int) -> None:
+        raise KeyboardInterrupt  # as if the user hit Ctrl-C during indexing
+
+    with pytest.raises(KeyboardInterrupt):
+        LuceneRetriever.build_index(corpus, tmp_path / "ix", progress=stop)
+    assert list(tmp_path.iterdir()) == []

@@ -70,7 +70,7 @@ def _dumps(data: Any) -> bytes:
         import orjson
 
         return orjson.dumps(data)
-    except ImportError:  # pragma: no cover - orjson comes with the server extras
+    except ImportError:  # pragma: no cover - orjson is optional, only faster
         return json.dumps(data, ensure_ascii=False).encode()
 
 

@@ -187,7 +187,14 @@ def assess(
         if active["cleared_env"]
         else f"extra: {extra}"
     )
+    # Engines differ in how they record cap_drop=ALL (podman lists every capability), so
+    # on a local engine look at the supervisor itself: no effective, no bounding set.
     dropped = [str(c).upper().removeprefix("CAP_") for c in host_config.get("CapDrop") or []]
-    active["capabilities_dropped"] = "ALL" in dropped
-    notes["capabilities_dropped"] = f"cap_drop: {', '.join(dropped) or 'none'}"
+    if local and host_pid:
+        sets = {name: _status_field(host_pid, name) for name in ("CapEff", "CapPrm", "CapBnd")}
+        active["capabilities_dropped"] = all(v and int(v, 16) == 0 for v in sets.values())
+        notes["capabilities_dropped"] = ", ".join(f"{k} {v}" for k, v in sets.items())
+    else:
+        active["capabilities_dropped"] = "ALL" in dropped
+        notes["capabilities_dropped"] = f"cap_drop: {', '.join(dropped) or 'none'}"
     return caps

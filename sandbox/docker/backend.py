@@ -21,6 +21,7 @@ import math
 import os
 import platform
 import socket
+import uuid
 import weakref
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -38,6 +39,7 @@ from agentenvs.sandbox.capabilities import enforce_minimum, run_sync, unknown_la
 from agentenvs.sandbox.docker.assess import assess
 from agentenvs.sandbox.docker.image import IMAGE_TAG, ImageBuildError, ensure_image
 from agentenvs.sandbox.docker.worker import (
+    INSTANCE_LABEL,
     LABEL,
     OWNER_LABEL,
     ContainerSettings,
@@ -63,6 +65,16 @@ _ARCH_ALIASES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aar
 
 def _arch(name: str) -> str:
     return _ARCH_ALIASES.get(name.lower(), name.lower())
+
+
+_UID_ALLOCATORS: dict[int, UidAllocator] = {}
+
+
+def _shared_uids(base: int) -> UidAllocator:
+    """One allocator per process: two sandboxes never hand out the same uid."""
+    if base not in _UID_ALLOCATORS:
+        _UID_ALLOCATORS[base] = UidAllocator(base, span=40_000)
+    return _UID_ALLOCATORS[base]
 
 
 @dataclass
@@ -121,6 +133,8 @@ class DockerSandbox(Sandbox):
         self._started = False
         self._closed = False
         self.image_info: Any = None
+        self.instance_id = uuid.uuid4().hex
+        """Label value on every container of this sandbox (see ``INSTANCE_LABEL``)."""
         self.stats = {"runs": 0, "retries": 0, "containers_started": 0}
 
     # ------------------------------------------------------------------ setup
@@ -177,6 +191,14 @@ class DockerSandbox(Sandbox):
                     with contextlib.suppress(Exception):
                         container.remove(force=True)
 
+    def _remove_own_containers(self) -> None:
+        """Whatever this sandbox created and a removal missed (engine hiccups): remove it."""
+        with contextlib.suppress(Exception):
+            label = f"{INSTANCE_LABEL}={self.instance_id}"
+            for container in self._client.containers.list(all=True, filters={"label": label}):
+                with contextlib.suppress(Exception):
+                    container.remove(force=True)
+
     def _prepare(self) -> ContainerSettings:
         if self._settings is not None:
             return self._settings
@@ -200,7 +222,7 @@ class DockerSandbox(Sandbox):
             self._seccomp_note = program.reason
         security = " ".join(str(o) for o in self._engine_info.get("SecurityOptions") or [])
         remapped = "userns" in security or "rootless" in security
-        self._uids = UidAllocator(USERNS_UID_BASE if remapped else UID_BASE, span=40_000)
+        self._uids = _shared_uids(USERNS_UID_BASE if remapped else UID_BASE)
         cfg = self.config
         self._settings = ContainerSettings(
             image=cfg.docker_image,
@@ -211,7 +233,10 @@ class DockerSandbox(Sandbox):
             preload=self.preload,
             seccomp_bpf=seccomp_bpf,
             landlock=self.use_landlock,
-            labels={OWNER_LABEL: f"{socket.gethostname()}:{os.getpid()}"},
+            labels={
+                OWNER_LABEL: f"{socket.gethostname()}:{os.getpid()}",
+                INSTANCE_LABEL: self.instance_id,
+            },
         )
         return self._settings
 
@@ -502,6 +527,8 @@ class DockerSandbox(Sandbox):
             slot.worker = None
         self._spares = []
         await asyncio.gather(*(self._retire(w) for w in workers), return_exceptions=True)
+        if self._client is not None and self._settings is not None:
+            await asyncio.to_thread(self._remove_own_containers)
         if self._owns_client and self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.close()

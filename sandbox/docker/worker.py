@@ -39,6 +39,9 @@ from agentenvs.sandbox.local.worker import WorkerDead, WorkerStartError
 MB = 1024 * 1024
 LABEL = "io.agentenvs.sandbox"
 OWNER_LABEL = "io.agentenvs.sandbox.owner"
+"""host:pid of the process that created the container (stale ones are removed)."""
+INSTANCE_LABEL = "io.agentenvs.sandbox.instance"
+"""One value per sandbox object: its containers, whatever state they are in."""
 WORKDIR = "/tmp"
 SHM = "/dev/shm"
 PYTHON = "/usr/bin/python3"
@@ -225,13 +228,13 @@ class ContainerWorker:
 
     async def _start(self, timeout: float) -> dict:
         try:
-            attached = await asyncio.to_thread(self._create_and_attach)
+            attached = await _finish_in_thread(self._create_and_attach)
         except Exception as exc:
             raise WorkerStartError(f"the engine could not create the container: {exc}") from exc
         self.stream = AttachStream(attached)
         self.stream.start()
         try:
-            await asyncio.to_thread(self._start_and_inspect)
+            await _finish_in_thread(self._start_and_inspect)
         except Exception as exc:
             raise WorkerStartError(f"the engine could not start the container: {exc}") from exc
         if self.host_pid and Path(f"/proc/{self.host_pid}").exists():
@@ -257,12 +260,27 @@ class ContainerWorker:
     def alive(self) -> bool:
         return not self._dead and self.stream is not None and not self.stream.stdout.at_eof()
 
-    def _remove(self) -> None:
+    def _remove(self, attempts: int = 6) -> None:
+        """Force-remove the container, retrying through the engine's transient states.
+
+        podman refuses a forced removal while the container is between "running" and
+        "stopped" ("container state improper"), e.g. when it is exiting by itself.
+        """
         if self.container is None or self._removed:
             return
+        import docker.errors
+
+        for attempt in range(attempts):
+            try:
+                self.container.remove(force=True)
+                break
+            except docker.errors.NotFound:
+                break
+            except Exception:
+                if attempt == attempts - 1:
+                    return  # left for the stale-container sweep of a later start
+                time.sleep(0.05 * (attempt + 1))
         self._removed = True
-        with contextlib.suppress(Exception):
-            self.container.remove(force=True)
 
     def kill_now(self) -> None:
         """Synchronous part of :meth:`kill` (safe in a cancelled task): stop the I/O."""
@@ -273,9 +291,9 @@ class ContainerWorker:
     async def kill(self) -> None:
         """Remove the container (SIGKILL to everything in it) and close the stream."""
         self._dead = True
+        await _finish_in_thread(self._remove)
         if self.stream is not None:
             await self.stream.close()
-        await asyncio.to_thread(self._remove)
 
     def oom_killed(self) -> bool:
         """After the container died: did the engine record an OOM kill?"""
@@ -355,6 +373,22 @@ class ContainerWorker:
             if response.get("recycle"):
                 self.recycle = True
             return response
+
+
+async def _finish_in_thread(fn: Any) -> Any:
+    """Run a blocking engine call in a thread; if cancelled, still wait for it to finish.
+
+    A cancelled ``to_thread`` does not stop the thread: the container would be created
+    after the caller gave up, with nobody left to remove it. Waiting lets the caller's
+    cleanup see (and remove) what the call made.
+    """
+    future = asyncio.ensure_future(asyncio.to_thread(fn))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await future
+        raise
 
 
 def wait_gone(pid: int | None, timeout: float = 5.0) -> bool:

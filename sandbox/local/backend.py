@@ -29,7 +29,7 @@ from agentenvs.sandbox.base import (
 from agentenvs.sandbox.capabilities import enforce_minimum, run_sync, unknown_layers
 from agentenvs.sandbox.local.assess import assess
 from agentenvs.sandbox.local.cgroups import CgroupSupport, remove_stale_groups
-from agentenvs.sandbox.local.launch import LaunchPlan, UidAllocator
+from agentenvs.sandbox.local.launch import DEFAULT_WARMUP, LaunchPlan, UidAllocator
 from agentenvs.sandbox.local.seccomp import build_seccomp_program
 from agentenvs.sandbox.local.worker import Worker, WorkerDead, WorkerStartError
 
@@ -60,6 +60,7 @@ class LocalSandbox(Sandbox):
         *,
         python: str = "/usr/bin/python3",
         preload: tuple[str, ...] = ("numpy", "sympy"),
+        warmup: str | None = DEFAULT_WARMUP,
         use_bwrap: bool | None = None,
         use_cgroups: bool = True,
         use_seccomp: bool = True,
@@ -71,6 +72,7 @@ class LocalSandbox(Sandbox):
         super().__init__(config or SandboxConfig())
         self.python = python
         self.preload = list(preload)
+        self.warmup = warmup if preload else None
         self.use_bwrap = use_bwrap
         self.use_cgroups = use_cgroups
         self.use_seccomp = use_seccomp
@@ -130,6 +132,7 @@ class LocalSandbox(Sandbox):
             python=self.python,
             workdir_bytes=self.config.workdir_size_mb * MB,
             preload=self.preload,
+            warmup=self.warmup,
             seccomp_bpf=seccomp.bpf if seccomp else None,
             landlock=self.use_landlock,
             use_bwrap=self.use_bwrap,
@@ -238,6 +241,7 @@ class LocalSandbox(Sandbox):
             self.config.model_copy(update={"min_isolation": [], "pool_size": 1}),
             python=self.python,
             preload=tuple(self.preload),
+            warmup=self.warmup,
             use_bwrap=self.use_bwrap,
             use_cgroups=self.use_cgroups,
             use_seccomp=self.use_seccomp,

@@ -64,6 +64,7 @@ INTERNAL_ERROR_EXIT = 70
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+PR_SET_NAME = 15
 PR_SET_SECCOMP = 22
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
@@ -105,6 +106,16 @@ _libc.prctl.argtypes = [
 
 def _prctl(option: int, arg2: int = 0) -> int:
     return _libc.prctl(option, arg2, 0, 0, 0)
+
+
+SUPERVISOR_NAME = b"sandbox-super"
+IDLE_NAME = b"sandbox-idle"
+"""The process name of a pre-forked child still waiting for its request."""
+
+
+def _set_name(name: bytes) -> None:
+    buf = ctypes.create_string_buffer(name[:15])
+    _libc.prctl(PR_SET_NAME, ctypes.addressof(buf), 0, 0, 0)
 
 
 # --------------------------------------------------------------------------- framing
@@ -700,6 +711,7 @@ class Supervisor:
         self.landlock: Landlock | None = None
         self.session: Holder | None = None
         self.prepared: Prepared | None = None
+        self.pending_reap: list[int] = []
         self.hello: dict = {
             "event": "hello",
             "pid": os.getpid(),
@@ -721,6 +733,16 @@ class Supervisor:
             except BaseException as exc:  # a broken optional package must not stop the worker
                 errors[name] = f"{type(exc).__name__}: {exc}"
         self.hello.update(preloaded=preloaded, preload_errors=errors)
+        warmup = self.config.get("warmup")
+        if warmup:
+            # Trusted code from the host, run once here so that every forked child starts
+            # with the libraries' lazy imports and caches already filled.
+            started = time.monotonic()
+            try:
+                exec(compile(warmup, "<warmup>", "exec"), {"__name__": "__warmup__"})
+                self.hello["warmup_seconds"] = round(time.monotonic() - started, 3)
+            except BaseException as exc:
+                self.hello["warmup_error"] = f"{type(exc).__name__}: {exc}"
         _prctl(PR_SET_DUMPABLE, 0)  # /proc/<supervisor>/{mem,environ} unreadable by the code
         if self.config.get("subreaper", True):
             _prctl(PR_SET_CHILD_SUBREAPER, 1)
@@ -779,8 +801,7 @@ class Supervisor:
                 }
             resp["id"] = req.get("id")
             write_frame(self.proto_out, resp)
-            if req.get("op") == "run":
-                self.prepare_next()  # while the host reads the answer
+            self.after_response(req.get("op"))
 
     # -- stateless runs -------------------------------------------------------------
     def _spawn(self, body, limits: dict, stdin: str | None, cpu: tuple[int, int] | None):
@@ -842,6 +863,7 @@ class Supervisor:
         ctrl_r, ctrl_w = os.pipe2(os.O_CLOEXEC)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        _set_name(IDLE_NAME)  # inherited from birth: the host tells this child from leftovers
         pid = os.fork()
         if pid == 0:  # child: never returns
             rc = INTERNAL_ERROR_EXIT
@@ -860,6 +882,7 @@ class Supervisor:
                 os.close(3)
                 if req is None:
                     os._exit(0)
+                _set_name(b"python3")
                 limits = req.get("limits", {})
                 apply_limits(limits, cpu=_cpu_limits(limits))
                 if req.get("stdin") is not None:
@@ -877,6 +900,7 @@ class Supervisor:
                 _internal_failure()
             finally:
                 os._exit(rc)
+        _set_name(SUPERVISOR_NAME)
         for fd in (ctrl_r, out_w, err_w):
             os.close(fd)
         return Prepared(pid, ctrl_w, out_r, err_r)
@@ -886,6 +910,21 @@ class Supervisor:
             self.prepared.discard()
             self.prepared = None
             self.sweeper.reap()
+
+    def after_response(self, op: str | None) -> None:
+        """Work kept off the request's latency: reap killed processes, fork the next child."""
+        while self.pending_reap:
+            pid = self.pending_reap.pop()
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:  # not our child (cannot happen in a pid namespace)
+                deadline = time.monotonic() + 2.0
+                while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+                    time.sleep(0.001)
+            except OSError:
+                pass
+        if op == "run":
+            self.prepare_next()
 
     def prepare_next(self) -> None:
         if self.prepared is None and self.session is None:
@@ -1248,13 +1287,18 @@ class Holder:
         duration = time.monotonic() - start
 
         sweeper = self.sup.sweeper
+        spare = set()
         if adopted_pid:
             previous = self.pid
             self._track(adopted_pid)
             with contextlib.suppress(OSError):
                 os.kill(previous, signal.SIGKILL)
+            # Killed now (it cannot run anything any more); its teardown and reaping happen
+            # after the answer is sent, off the cell's latency.
+            self.sup.pending_reap.append(previous)
+            spare.add(previous)
         sweeper.reaped.clear()
-        clean = sweeper.kill_except({self.pid} if self.alive() else set())
+        clean = sweeper.kill_except(({self.pid} if self.alive() else set()) | spare)
         if status is None and cell_pid in sweeper.reaped:  # an orphaned cell, re-parented to us
             status = sweeper.reaped[cell_pid]
         if not adopted_pid and status is None and self.alive():
@@ -1421,6 +1465,7 @@ def main() -> None:
     config = read_frame(proto_in)
     if config is None:
         sys.exit(2)
+    _set_name(SUPERVISOR_NAME)
     supervisor = Supervisor(proto_in, proto_out, config)
     supervisor.setup()
     supervisor.serve()

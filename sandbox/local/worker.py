@@ -28,6 +28,8 @@ from agentenvs.sandbox.local.protocol import (
 )
 
 STDERR_TAIL_BYTES = 8192
+IDLE_PROCESS_NAME = "sandbox-idle"
+"""Name of the supervisor's pre-forked child waiting for a request (see supervisor.py)."""
 SUPERVISOR_OOM_SCORE_ADJ = -999
 """The supervisor is the last choice of the OOM killer in its group; the code (1000) the first."""
 
@@ -179,7 +181,19 @@ class Worker:
                     pids.update(int(p) for p in children.split())
         if self.supervisor_pid and Path(f"/proc/{self.supervisor_pid}").exists():
             pids.add(self.supervisor_pid)
+            pids |= self._idle_children()
         return pids
+
+    def _idle_children(self) -> set[int]:
+        """The supervisor's pre-forked child, waiting for the next request (not a leftover)."""
+        idle = set()
+        base = f"/proc/{self.supervisor_pid}/task/{self.supervisor_pid}/children"
+        with contextlib.suppress(OSError, ValueError):
+            for pid in (int(p) for p in Path(base).read_text().split()):
+                with contextlib.suppress(OSError):
+                    if Path(f"/proc/{pid}/comm").read_text().strip() == IDLE_PROCESS_NAME:
+                        idle.add(pid)
+        return idle
 
     def kill_now(self, *, everything: bool = True) -> None:
         """Synchronous part of :meth:`kill` (safe in a cancelled task): SIGKILL the worker.

@@ -173,14 +173,18 @@ def run_indexer(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
     ) as proc:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            tail.append(line.rstrip())
-            if match := _DOCS_ADDED.search(line):
-                added = int(match[1].replace(",", ""))
-                progress.advance(task, added, report=True)
-                done += added
-            elif match := _TOTAL_INDEXED.search(line):
-                indexed = int(match[1].replace(",", ""))
+        try:
+            for line in proc.stdout:
+                tail.append(line.rstrip())
+                if match := _DOCS_ADDED.search(line):
+                    added = int(match[1].replace(",", ""))
+                    progress.advance(task, added, report=True)
+                    done += added
+                elif match := _TOTAL_INDEXED.search(line):
+                    indexed = int(match[1].replace(",", ""))
+        except BaseException:  # interrupted or a failing callback: do not leave java running
+            proc.kill()
+            raise
         code = proc.wait()
     if code != 0 or indexed is None:
         log = "\n".join(tail)
