@@ -162,7 +162,9 @@ def make_vocabulary(rng: random.Random, size: int) -> list[str]:
                 for _ in range(syllables)
             )
         )
-    return sorted(words, key=lambda w: rng.random())
+    ordered = sorted(words)  # a set's order depends on PYTHONHASHSEED; a sorted list does not
+    rng.shuffle(ordered)
+    return ordered
 
 
 def inflect(rng: random.Random, word: str, rate: float) -> str:
@@ -326,7 +328,8 @@ async def run_lucene(corpus: Path, work: Path, queries: list[str], args: argpars
 
 async def run_dense(
     corpus: Path, work: Path, queries: list[str], args: argparse.Namespace
-) -> tuple[Run, str]:
+) -> list[Run]:
+    """One dense index; searched once per ``--dense-threads`` setting, in order."""
     from agentenvs.envs.search_r1.retrievers.dense import DenseRetriever, set_compute_threads
     from agentenvs.envs.search_r1.retrievers.dense_encoder import SentenceEncoder
 
@@ -334,30 +337,34 @@ async def run_dense(
     with corpus.open(encoding="utf-8") as src, sample.open("w", encoding="utf-8") as dst:
         for _, line in zip(range(args.dense_sample), src, strict=False):
             dst.write(line)
-    if args.dense_threads is not None:
-        set_compute_threads(args.dense_threads)
     SentenceEncoder()  # load the model outside the timed build
     _, sample_s = timed(DenseRetriever.build_index, sample, work / "dense-sample", progress=False)
     rate = args.dense_sample / sample_s
     out = work / "dense"
     if args.dense_real:
         _, build_s = timed(DenseRetriever.build_index, corpus, out, progress=True)
-        build_note = f"real MiniLM build, {rate:.0f} passages/s on the sample"
+        note = f"real MiniLM build, {rate:.0f} passages/s on the sample"
     else:
         _, store_s = timed(
             DenseRetriever.build_index, corpus, out, progress=False, encoder=RandomUnitVectors(384)
         )
         build_s = args.passages / rate + store_s
-        build_note = (
-            f"build estimated: {args.dense_sample} passages embedded at {rate:.0f}/s, "
-            f"extrapolated, + {store_s:.1f} s store/faiss; passage vectors are stand-ins"
+        note = (
+            f"build estimated: {args.dense_sample} passages embedded at {rate:.1f}/s "
+            f"(default threads), extrapolated, + {store_s:.1f} s store/faiss; "
+            "passage vectors are stand-ins"
         )
-    retriever = DenseRetriever(
-        out, batch_size=args.batch, batch_wait_ms=0, threads=args.dense_threads
-    )
-    name = "dense" if args.dense_threads is None else f"dense ({args.dense_threads} thread)"
-    run = Run(name, build_s, note=build_note, meaningful_hits=args.dense_real)
-    return await measure(run, retriever, queries, args.batch, args.latency_queries), build_note
+    runs = []
+    for setting in args.dense_threads.split(","):
+        threads = None if setting == "default" else int(setting)
+        if threads is not None:
+            set_compute_threads(threads)
+        retriever = DenseRetriever(out, batch_size=args.batch, batch_wait_ms=0)
+        name = "dense" if threads is None else f"dense ({threads} thread{'s' * (threads > 1)})"
+        run = Run(name, build_s, note=note, meaningful_hits=args.dense_real)
+        runs.append(await measure(run, retriever, queries, args.batch, args.latency_queries))
+        print(f"{name}: {run.qps:.0f} q/s", file=sys.stderr)
+    return runs
 
 
 # ---- report ------------------------------------------------------------------------------
@@ -399,9 +406,8 @@ def report(
                 f"- top-3 agreement {r.name} vs lucene: {agreement(r.top, base.top):.3f} "
                 f"(top-1 identical: {top1:.3f})"
             )
-    for r in runs:
-        if r.note:
-            lines.append(f"- {r.name}: {r.note}")
+    for note in dict.fromkeys(f"- {r.name.split(' (')[0]}: {r.note}" for r in runs if r.note):
+        lines.append(note)
     return "\n".join(lines)
 
 
@@ -424,9 +430,7 @@ async def main_async(args: argparse.Namespace) -> None:
     runs.append(await run_lucene(corpus, work, queries, args))
     print(f"lucene: {runs[-1].qps:.0f} q/s", file=sys.stderr)
     if not args.skip_dense:
-        dense, _ = await run_dense(corpus, work, queries, args)
-        runs.append(dense)
-        print(f"dense: {dense.qps:.0f} q/s", file=sys.stderr)
+        runs.extend(await run_dense(corpus, work, queries, args))
     print(report(runs, sources, args, (load_before, os.getloadavg()[0])))
     if args.json:
         Path(args.json).write_text(
@@ -453,7 +457,10 @@ def main() -> None:
     parser.add_argument("--dense-real", action="store_true", help="embed the whole corpus (slow)")
     parser.add_argument("--skip-dense", action="store_true")
     parser.add_argument(
-        "--dense-threads", type=int, help="torch/faiss threads for dense (default: theirs)"
+        "--dense-threads",
+        default="default",
+        help="comma list of torch/faiss thread counts to search dense with, in order; "
+        "'default' leaves torch's and faiss' own (it must come first)",
     )
     parser.add_argument("--workdir", help="keep corpus and indexes here (default: a temp folder)")
     parser.add_argument("--json", help="also write the figures here")

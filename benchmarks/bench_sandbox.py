@@ -156,7 +156,7 @@ async def leak_check(runs: int, pool_size: int) -> dict:
         "stray_children_with_pool_open": len(during_children),
         "children_after_close": len(host_children() - children_before),
         "cgroups_after_close": agentenvs_cgroups() - cgroups_before,
-        "worker_respawns": sandbox.stats["respawns"],
+        "workers_spawned": sandbox.stats["spawned"],
     }
 
 

@@ -26,7 +26,9 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import io
 import random
+import tokenize
 from typing import Any
 
 import httpx
@@ -62,10 +64,11 @@ def show_last_expression(code: str) -> str:
         return code
     if not tree.body or not isinstance(tree.body[-1], ast.Expr):
         return code
-    lines = [line for line in code.rstrip().splitlines() if line.strip()]
-    if lines and lines[-1].split("#", 1)[0].rstrip().endswith(";"):
+    if _ends_with_semicolon(code):
         return code
     node = tree.body[-1].value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+        return code  # None: nothing to show, and the request stays readable
     if node.end_lineno is None or node.end_col_offset is None:
         return code
     source_lines = code.splitlines(keepends=True)
@@ -77,6 +80,17 @@ def show_last_expression(code: str) -> str:
     )
     wrapped = f"(lambda __v: None if __v is None else print(repr(__v)))(({code[start:end]}))"
     return code[:start] + wrapped + code[end:]
+
+
+def _ends_with_semicolon(code: str) -> bool:
+    """A trailing ``;`` hides the value, as in IPython (and the other backends)."""
+    ignored = {tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER, tokenize.DEDENT}
+    last = None
+    with contextlib.suppress(tokenize.TokenError, SyntaxError):
+        for token in tokenize.generate_tokens(io.StringIO(code).readline):
+            if token.type not in ignored:
+                last = token
+    return last is not None and last.type == tokenize.OP and last.string == ";"
 
 
 def _byte_to_char(line: str, byte_offset: int) -> int:
@@ -138,6 +152,10 @@ def to_exec_result(body: dict[str, Any], *, max_output_bytes: int) -> ExecResult
     ):
         result.status = ExecStatus.TIMEOUT
         result.message = message or "the program exceeded the run timeout"
+    elif not run and compile_result.get("return_code") not in (0, None):
+        result.status = ExecStatus.ERROR
+        result.return_code = compile_result.get("return_code")
+        result.message = message or "compilation failed"
     elif not run:
         result.status = ExecStatus.SANDBOX_ERROR
         result.message = message or f"the server answered {status!r} without a run result"
@@ -167,12 +185,14 @@ class SandboxFusionSandbox(Sandbox):
         language: str = "python",
         backoff_base: float = 0.25,
         backoff_max: float = 8.0,
+        http_slack: float = HTTP_SLACK_SECONDS,
         check_server: bool = True,
     ) -> None:
         super().__init__(config or SandboxConfig(backend="sandboxfusion"))
         self.language = language
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
+        self.http_slack = http_slack
         self.check_server = check_server
         self._client = client
         self._owns_client = client is None
@@ -297,7 +317,7 @@ class SandboxFusionSandbox(Sandbox):
         }
         assert self._limit is not None
         async with self._limit:
-            body = await self._post(payload, http_timeout=timeout + HTTP_SLACK_SECONDS)
+            body = await self._post(payload, http_timeout=timeout + self.http_slack)
         if isinstance(body, ExecResult):
             return body
         return to_exec_result(body, max_output_bytes=self.config.max_output_bytes)

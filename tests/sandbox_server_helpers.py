@@ -31,7 +31,9 @@ class ServerProcess:
         argv = [sys.executable, "-m", "agentenvs.rollout.cli", "sandbox", "serve"]
         argv += ["--host", "127.0.0.1", "--port", str(self.port), *args]
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]

@@ -284,3 +284,32 @@ def test_cli_check_template(tmp_path):
     assert "extends every turn" in result.output
     bad = _cli("check-template", str(tmp_path / "no-such-tokenizer"))
     assert bad.exit_code == 2 and "no such directory" in bad.output
+
+
+# ---- from the store to a trainer: provenance per sample, stale weights refused -------------
+
+
+def test_samples_from_records_carry_provenance_and_refuse_stale(clean_store):
+    from agentenvs.rollout.training_data import (
+        StaleSamplesError,
+        samples_from_records,
+        split_by_staleness,
+    )
+
+    records = list(TrajectoryStore(clean_store).read())
+    samples, metadata = samples_from_records(records, current_version=4, max_staleness=1)
+    assert len(samples) == len(metadata) == 12
+    assert {m["weights_version"] for m in metadata} == {3}
+    assert all(m["advantage_estimator"]["estimator"] == "grpo" for m in metadata)
+    stored = {r.key: r.extra["advantages"] for r in records}
+    for sample, meta in zip(samples, metadata, strict=True):
+        assert sample.advantage == pytest.approx(stored[meta["key"]][sample.traj_index])
+        assert meta["provenance"]["tokenizer"]["vocab_sha256"]
+
+    with pytest.raises(StaleSamplesError, match="weights version 3"):
+        samples_from_records(records, current_version=6, max_staleness=2)
+    split = split_by_staleness(records, current_version=6, max_staleness=3)
+    assert len(split.kept) == 4 and not split.stale
+
+    rloo, _ = samples_from_records(records, estimator="rloo")
+    assert any(a.advantage != b.advantage for a, b in zip(rloo, samples, strict=True))

@@ -155,9 +155,11 @@ def _describe(pids: set[int]) -> dict[int, str]:
     described = {}
     for pid in pids:
         try:
-            described[pid] = (
-                Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
-            )
+            status = Path(f"/proc/{pid}/status").read_text().splitlines()
+            fields = ("Name", "State", "PPid", "NSpid")
+            summary = " ".join(line for line in status if line.startswith(fields))
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            described[pid] = f"{summary} | {cmdline.decode()[:120]}"
         except OSError:
             described[pid] = "?"
     return described
@@ -180,7 +182,8 @@ async def assert_host_and_pool_unharmed(spec: BackendSpec, sandbox: Sandbox, ctx
     assert Path(ctx.canary_path).read_text() == ctx.canary_secret, "host canary file changed"
     assert ctx.connections_accepted() == 0, "the sandbox reached a host TCP listener"
     # Nothing the program started is alive on the host...
-    assert spec.stray_host_processes(sandbox) == set()
+    strays = spec.stray_host_processes(sandbox)
+    assert strays == set(), f"host processes left behind: {_describe(strays)}"
     if hasattr(sandbox, "host_pids"):
         strays = _descendants(os.getpid()) - sandbox.host_pids() - _helper_processes()
         assert strays == set(), f"host processes left behind: {_describe(strays)}"

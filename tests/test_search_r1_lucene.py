@@ -204,3 +204,11 @@ def test_failed_build_leaves_nothing_behind(corpus: Path, tmp_path: Path) -> Non
     with pytest.raises(KeyboardInterrupt):
         LuceneRetriever.build_index(corpus, tmp_path / "ix", progress=stop)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_openai_placeholder_does_not_outlive_the_import(retriever: LuceneRetriever) -> None:
+    import os
+
+    from agentenvs.envs.search_r1.retrievers.lucene_jvm import OPENAI_PLACEHOLDER
+
+    assert os.environ.get("OPENAI_API_KEY") != OPENAI_PLACEHOLDER

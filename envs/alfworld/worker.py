@@ -25,8 +25,6 @@ import traceback
 from collections import OrderedDict
 from typing import Any
 
-NOTHING_HAPPENS = "Nothing happens."
-
 
 class Engine:
     """One TextWorld PDDL environment (one planner library copy), reused across games."""

@@ -60,7 +60,6 @@ def assess(
             f"the probe execution failed: {probe.get('message', '')} {probe.get('stderr', '')}"
         )
     local = bool(host_pid) and Path(f"/proc/{host_pid}").exists()
-    engine = engine_info.get("Name") or engine_info.get("OperatingSystem") or "the engine"
 
     # namespaces: containers always get their own pid/mnt/ipc/uts/net; the user namespace
     # only with userns-remap or a rootless engine.
@@ -107,7 +106,7 @@ def assess(
     if hello.get("seccomp"):
         layers.append("the sandbox's filter")
     if "seccomp" in " ".join(str(o) for o in engine_info.get("SecurityOptions") or []):
-        layers.append(f"{engine}'s default profile")
+        layers.append("the engine's default profile")
     notes["seccomp"] = (
         "filters: " + (", ".join(layers) or "mode 2")
         if active["seccomp"]

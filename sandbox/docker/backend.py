@@ -139,12 +139,23 @@ class DockerSandbox(Sandbox):
 
     # ------------------------------------------------------------------ setup
     def _connect(self) -> Any:
-        import docker
+        try:
+            import docker
+        except ImportError as exc:
+            raise SandboxUnavailable(
+                "the docker backend needs the docker SDK: pip install 'agentenvs[docker]'"
+            ) from exc
 
         if self._client is None:
             host = self.config.docker_host
+            # Every worker holds one connection (its attach stream) for its whole life.
+            pool = 2 * self.config.pool_size + self.session_spares + 8
             try:
-                self._client = docker.DockerClient(base_url=host) if host else docker.from_env()
+                self._client = (
+                    docker.DockerClient(base_url=host, max_pool_size=pool)
+                    if host
+                    else docker.from_env(max_pool_size=pool)
+                )
             except docker.errors.DockerException as exc:
                 raise SandboxUnavailable(
                     f"cannot reach a Docker engine at {host or os.environ.get('DOCKER_HOST') or 'the default socket'}: "

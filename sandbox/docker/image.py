@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import functools
 import hashlib
 import io
 import json
@@ -310,13 +311,19 @@ def existing_hash(client: Any, tag: str) -> str | None:
     return labels.get(HASH_LABEL)
 
 
+@functools.lru_cache(maxsize=4)
+def _planned(python: str) -> tuple[RootfsPlan, str]:
+    """The plan and its hash, computed once per process (``ldd`` over ~100 libraries)."""
+    plan = plan_rootfs(python)
+    return plan, content_hash(plan, image_changes())
+
+
 def ensure_image(
     client: Any, tag: str = IMAGE_TAG, *, force: bool = False, python: str = HOST_PYTHON
 ) -> ImageInfo:
     """Build and import the image unless one with the same content hash exists."""
     start = time.monotonic()
-    plan = plan_rootfs(python)
-    content = content_hash(plan, image_changes())
+    plan, content = _planned(python)
     if not force and existing_hash(client, tag) == content:
         return ImageInfo(tag, content, built=False, seconds=time.monotonic() - start)
     repository, _, version = tag.rpartition(":")

@@ -94,8 +94,8 @@ def storage_conf(*, graphroot: Path, runroot: Path, driver: str = "overlay") -> 
 
 
 WATCHDOG = r"""
-import os, select, signal, subprocess, sys
-owner, log, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+import os, select, shutil, signal, subprocess, sys
+owner, log, state, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
 if os.fork():
     os._exit(0)  # the watchdog is re-parented away from the owner: not its descendant
 with open(log, "ab") as out:
@@ -105,15 +105,23 @@ sys.stdout.flush()
 null = os.open(os.devnull, os.O_RDWR)
 for fd in (0, 1, 2):
     os.dup2(null, fd)  # the owner reads our pipes until EOF
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+cleanup = False
+def stop(signum, frame):
+    global cleanup
+    cleanup = signum == signal.SIGUSR1
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGUSR1, stop)
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 try:
     watched = [os.pidfd_open(service.pid)]
     try:
         watched.append(os.pidfd_open(owner))
     except ProcessLookupError:
+        cleanup = True
         sys.exit(0)
-    select.select(watched, [], [])  # the service exited, or its owner did
+    ready, _, _ = select.select(watched, [], [])  # the service exited, or its owner did
+    cleanup = watched[1] in ready
 finally:
     if service.poll() is None:
         service.terminate()
@@ -122,10 +130,19 @@ finally:
         except subprocess.TimeoutExpired:
             service.kill()
             service.wait()
+    if cleanup and state != "-":
+        quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        try:
+            subprocess.run(["podman", "rm", "--all", "--force", "--time", "0"], timeout=300, **quiet)
+        except Exception:
+            pass
+        shutil.rmtree(state, ignore_errors=True)
 """
 """Runs the service on behalf of its owner, detached (so the owner's process-leak checks
-do not see it), and stops it when asked (SIGTERM) or when the owner dies, even by SIGKILL:
-a crashed test run cannot leave a service behind."""
+do not see it), and stops it when asked (SIGTERM; SIGUSR1: and remove its state) or when
+the owner dies, even by SIGKILL: a crashed test run leaves no service, no container and
+(for a temporary state directory) no files behind. Removing the state happens here, off
+the owner's exit path: deleting an image store takes seconds on a busy disk."""
 
 
 @dataclass
@@ -195,7 +212,15 @@ class PodmanService:
             self.socket_path.unlink()
         argv = ["podman", "system", "service", "--time=0", self.docker_host]
         launcher = subprocess.run(
-            [sys.executable, "-c", WATCHDOG, str(os.getpid()), str(self.log_path), *argv],
+            [
+                sys.executable,
+                "-c",
+                WATCHDOG,
+                str(os.getpid()),
+                str(self.log_path),
+                str(self.root) if self.owns_root else "-",
+                *argv,
+            ],
             env=self.env(),
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -251,17 +276,21 @@ class PodmanService:
             self.podman("rm", "--all", "--force", "--time", "0", timeout=120)
 
     def stop(self, *, remove_state: bool | None = None) -> None:
-        """Stop the service; remove our containers; delete the directory if we made it."""
+        """Stop the service; with ``remove_state`` (default: if we made the directory),
+        also remove every container and the directory, in the background."""
+        remove = remove_state if remove_state is not None else self.owns_root
         watchdog, service = self.watchdog_pid, self.service_pid
         self.watchdog_pid = self.service_pid = None
+        delegated = False
         if watchdog and _alive(watchdog):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(watchdog, signal.SIGTERM)
+                os.kill(watchdog, signal.SIGUSR1 if remove and self.owns_root else signal.SIGTERM)
+                delegated = remove and self.owns_root
         if service and not _wait_gone(service, 20):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(service, signal.SIGKILL)
             _wait_gone(service, 5)
-        if remove_state if remove_state is not None else self.owns_root:
+        if remove and not delegated:
             self.remove_containers()
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -224,7 +224,10 @@ class ContainerWorker:
     def _start_and_inspect(self) -> None:
         self.container.start()
         self.container.reload()
-        self.host_pid = (self.container.attrs.get("State") or {}).get("Pid") or None
+        pid = (self.container.attrs.get("State") or {}).get("Pid") or None
+        # The engine's pid is only ours to look at if the engine runs on this machine:
+        # the process's cgroup then names the container.
+        self.host_pid = pid if pid and _cgroup_names(pid, self.container.id) else None
 
     async def _start(self, timeout: float) -> dict:
         try:
@@ -237,7 +240,7 @@ class ContainerWorker:
             await _finish_in_thread(self._start_and_inspect)
         except Exception as exc:
             raise WorkerStartError(f"the engine could not start the container: {exc}") from exc
-        if self.host_pid and Path(f"/proc/{self.host_pid}").exists():
+        if self.host_pid:
             self.oom = OomCounter(self.host_pid)
         try:
             await self.stream.write(
@@ -425,3 +428,10 @@ def _wchan(pid: int) -> str:
         return Path(f"/proc/{pid}/wchan").read_text()
     except OSError:
         return ""
+
+
+def _cgroup_names(pid: int, container_id: str) -> bool:
+    try:
+        return container_id in Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return False

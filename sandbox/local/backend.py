@@ -79,7 +79,7 @@ class LocalSandbox(Sandbox):
         self.use_landlock = use_landlock
         self.session_spares = session_spares
         self.start_timeout = start_timeout
-        self._uids = UidAllocator(uid_base) if os.geteuid() == 0 else None
+        self._uids = UidAllocator.shared(uid_base) if os.geteuid() == 0 else None
         self._plan: LaunchPlan | None = None
         self._cgroups: CgroupSupport | None = None
         self._cgroup_notes: dict[str, str] = {}
@@ -94,7 +94,7 @@ class LocalSandbox(Sandbox):
         self._start_lock: asyncio.Lock | None = None
         self._started = False
         self._closed = False
-        self.stats = {"runs": 0, "busy": 0, "max_busy": 0, "retries": 0, "respawns": 0}
+        self.stats = {"runs": 0, "busy": 0, "max_busy": 0, "retries": 0, "spawned": 0}
 
     # ------------------------------------------------------------------ setup
     def _check_python(self) -> None:
@@ -178,7 +178,7 @@ class LocalSandbox(Sandbox):
             await worker.start(self.start_timeout)
         finally:
             self._starting.discard(worker)
-        self.stats["respawns"] += 1
+        self.stats["spawned"] += 1
         return worker
 
     async def start(self) -> None:
@@ -275,6 +275,8 @@ class LocalSandbox(Sandbox):
             self._idle.put_nowait(slot)
 
     async def _ready_worker(self, slot: _Slot) -> Worker:
+        if self._closed:
+            raise WorkerStartError("the sandbox is closed")
         worker = slot.worker
         if worker is not None and worker.alive and not worker.recycle:
             return worker

@@ -172,9 +172,10 @@ class WorkerCgroup:
             self.errors["pids"] = f"pids.max: {exc.strerror}"
             self.pids = None
 
-    def set_memory_limit(self, limit_bytes: int) -> None:
+    def set_memory_limit(self, limit_bytes: int) -> bool:
+        """Change the group's memory ceiling; False (and the old one stays) if refused."""
         if self.memory is None or limit_bytes == self._memory_limit:
-            return
+            return True
         try:
             if self.v2:
                 (self.memory / "memory.max").write_text(str(limit_bytes))
@@ -184,8 +185,10 @@ class WorkerCgroup:
                 self._set_v1_memory(limit_bytes)
             self._memory_limit = limit_bytes
         except OSError as exc:
-            self.errors["memory"] = f"memory limit: {exc.strerror}"
-            self.memory = None
+            # e.g. EBUSY: lowering below what the group uses right now
+            self.errors["memory"] = f"memory limit {limit_bytes}: {exc.strerror}"
+            return False
+        return True
 
     def _set_v1_memory(self, limit_bytes: int) -> None:
         assert self.memory is not None

@@ -25,7 +25,7 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from agentenvs.sandbox.local.protocol import BOOTSTRAP
 
@@ -103,8 +103,20 @@ class UidAllocator:
     """Hands out a dedicated host uid per worker (only when the host runs as root).
 
     One uid per worker means its processes can be counted (RLIMIT_NPROC) and, in the
-    direct launcher, swept with ``kill(-1)`` without touching anybody else's.
+    direct launcher, swept with ``kill(-1)`` without touching anybody else's. One
+    allocator per base uid per process (:meth:`shared`), so two sandboxes in the same
+    process never hand out the same uid.
     """
+
+    _shared: ClassVar[dict[int, UidAllocator]] = {}
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, base: int) -> UidAllocator:
+        with cls._shared_lock:
+            if base not in cls._shared:
+                cls._shared[base] = cls(base)
+            return cls._shared[base]
 
     def __init__(self, base: int, span: int = 50_000) -> None:
         self.base = base

@@ -5,18 +5,20 @@ This file is standalone on purpose: it is executed by the sandboxed interpreter
 which cannot import agentenvs. Only the standard library is used.
 
 Why it exists: starting an interpreter and importing numpy + sympy costs ~0.6 s; a
-``fork()`` of an interpreter that already did costs ~3 ms. The supervisor pre-imports,
-then serves requests and forks one fresh child per execution. Each child drops what it
-may do (rlimits, no_new_privs, Landlock; the seccomp filter is inherited from the
-supervisor), runs the code with its output on capped pipes, and is killed together with
-everything it started when it ends, times out or floods its output.
+``fork()`` of an interpreter that already did costs ~3 ms. The supervisor pre-imports
+(and warms up sympy's lazy imports and caches), then serves requests with one fresh
+child per execution, forked ahead of time while the host reads the previous answer.
+Each child drops what it may do (rlimits, no_new_privs, Landlock; the seccomp filter is
+inherited from the supervisor), runs the code with its output on capped pipes, and is
+killed together with everything it started when it ends, times out or floods its
+output.
 
 Wire protocol, on the supervisor's stdin/stdout (frames: 4-byte big-endian length, then
 UTF-8 JSON):
 
 1. Optional bootstrap (see ``BOOTSTRAP`` in the host package): the interpreter is started
    with ``-c BOOTSTRAP`` and the first frame is this file's source, raw bytes.
-2. Config frame (host -> supervisor): ``python_path``, ``preload``, ``workdir``,
+2. Config frame (host -> supervisor): ``python_path``, ``preload``, ``warmup``, ``workdir``,
    ``scratch_dirs``, ``seccomp_bpf`` (base64 of a classic-BPF program or null),
    ``landlock`` (``{"read": [...], "write": [...], "write_files": [...]}`` or null),
    ``landlock_scope_signals``, ``subreaper``, ``pid_namespace``.
@@ -56,13 +58,12 @@ import socket
 import struct
 import sys
 import time
+import tokenize
 import traceback
 
-SUPERVISOR_FILENAME = "agentenvs-supervisor"
 MAX_FRAME = 256 * 1024 * 1024
 INTERNAL_ERROR_EXIT = 70
 
-PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_NAME = 15
 PR_SET_SECCOMP = 22
@@ -334,8 +335,16 @@ def _print_exception(exc: BaseException) -> None:
 
 
 def _ends_with_semicolon(code: str) -> bool:
-    lines = [line for line in code.rstrip().splitlines() if line.strip()]
-    return bool(lines) and lines[-1].split("#", 1)[0].rstrip().endswith(";")
+    """A trailing ``;`` hides the value, as in IPython."""
+    ignored = {tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER, tokenize.DEDENT}
+    last = None
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(code).readline):
+            if token.type not in ignored:
+                last = token
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    return last is not None and last.type == tokenize.OP and last.string == ";"
 
 
 def run_user_code(code: str, namespace: dict, filename: str, show_last: bool) -> int:
@@ -784,8 +793,8 @@ class Supervisor:
                 self.sweeper.kill_all(timeout=2.0)
                 return
             handler = handlers.get(req.get("op"))
-            if req.get("op") != "run":
-                self.discard_prepared()
+            if req.get("op") in ("probe", "session_open"):
+                self.discard_prepared()  # they sweep every process but the supervisor
             try:
                 resp = (
                     handler(req)
@@ -805,6 +814,7 @@ class Supervisor:
 
     # -- stateless runs -------------------------------------------------------------
     def _spawn(self, body, limits: dict, stdin: str | None, cpu: tuple[int, int] | None):
+        """Fork a child restricted like an execution that runs ``body`` (used by the probe)."""
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         in_fd = _text_fd(stdin)

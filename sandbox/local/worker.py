@@ -126,7 +126,7 @@ class Worker:
             ) from exc
         if self.hello.get("event") != "hello":
             raise WorkerStartError(f"unexpected first frame from the worker: {self.hello!r:.300}")
-        self.supervisor_pid = self._find_supervisor_pid()
+        self.supervisor_pid = await self._find_supervisor_pid()
         if self.supervisor_pid is None:
             raise WorkerStartError("could not find the supervisor process of the worker")
         with contextlib.suppress(OSError):
@@ -139,7 +139,7 @@ class Worker:
             self.cgroup.set_memory_limit(self._initial_memory)
         return self.hello
 
-    def _find_supervisor_pid(self) -> int | None:
+    async def _find_supervisor_pid(self) -> int | None:
         assert self.proc is not None
         if self.plan.mode == "direct":
             return self.proc.pid
@@ -151,7 +151,7 @@ class Worker:
                 children = [int(p) for p in path.read_text().split()]
                 if len(children) == 1:
                     return children[0]
-            time.sleep(0.005)
+            await asyncio.sleep(0.005)
         return None
 
     async def _collect_stderr(self) -> None:

@@ -63,8 +63,9 @@ def _make_local(config: SandboxConfig) -> Sandbox:
 def _local_strays(sandbox: Sandbox) -> set[int]:
     """Processes running as one of the pool's dedicated uids that are not its workers."""
     uids = sandbox.sandbox_uids()  # type: ignore[attr-defined]
-    own = sandbox.host_pids()  # type: ignore[attr-defined]
-    return {pid for pid in host_pids() if host_uid_of(pid) in uids and pid not in own}
+    candidates = {pid for pid in host_pids() if host_uid_of(pid) in uids}
+    # listed after the scan: a supervisor may fork its next idle child in between
+    return candidates - sandbox.host_pids()  # type: ignore[attr-defined]
 
 
 sandbox_backends: list[BackendSpec] = [

@@ -13,7 +13,8 @@ three fixes below live in one place:
   only request the module when the runtime has it. pyserini's own classpath setup then
   finds the JVM running and skips itself (it ignores that error by design).
 * **OPENAI_API_KEY.** Importing ``pyserini.search`` builds an OpenAI client at import
-  time, which fails without a key; a placeholder is set, only when the variable is unset.
+  time, which fails without a key; when the variable is unset, a placeholder is set for
+  the import only and removed afterwards.
 
 pyjnius cannot stop or restart a JVM, and importing ``jnius`` starts it with whatever
 options are set at that moment, so the first caller wins for the life of the process.
@@ -145,11 +146,18 @@ def start_jvm() -> None:
 def lucene_searcher_class() -> Any:
     """pyserini's ``LuceneSearcher``, imported after the JVM is set up."""
     start_jvm()
-    os.environ.setdefault("OPENAI_API_KEY", OPENAI_PLACEHOLDER)
+    placeholder = "OPENAI_API_KEY" not in os.environ
+    if placeholder:
+        os.environ["OPENAI_API_KEY"] = OPENAI_PLACEHOLDER
     try:
         from pyserini.search.lucene import LuceneSearcher
     except Exception as err:
         raise RetrieverError(f"could not import pyserini's LuceneSearcher: {err}") from err
+    finally:
+        # Only pyserini's import-time client needed it; other OpenAI clients in this
+        # process must not pick up a fake key.
+        if placeholder and os.environ.get("OPENAI_API_KEY") == OPENAI_PLACEHOLDER:
+            del os.environ["OPENAI_API_KEY"]
     if not _anserini_loaded():
         raise RetrieverError(
             "the JVM in this process was started without Anserini on its classpath "

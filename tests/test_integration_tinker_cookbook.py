@@ -1,0 +1,298 @@
+"""agentenvs <-> Tinker cookbook, driven by the cookbook's own code (``tinker-cookbook``).
+
+* agentenvs groups of all four shipped environments run through
+  ``tinker_cookbook.rl.rollouts.do_group_rollout`` with a local token completer;
+  the trajectories equal agentenvs' own rollouts, and the cookbook's
+  ``assemble_training_data`` datums equal this project's Tinker hand-off.
+* The HF policy on a tiny random model drives the same path (real logprobs,
+  sampler ``length`` stops through the cookbook's per-turn budget).
+* The reverse: a cookbook ``ProblemEnv`` subclass with the cookbook's own
+  ``role_colon`` renderer runs under this project's collector, store and viewer.
+
+No Tinker service is contacted: sampling is local (scripted or transformers).
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+from functools import partial
+from html import unescape
+
+import pytest
+import tinker
+from rollout_tiny_model import save_tiny_model
+from test_handoff_tinker import assert_same_datums
+from tinker_cookbook.renderers import get_renderer
+from tinker_cookbook.rl import data_processing as cookbook_data
+from tinker_cookbook.rl import rollouts as cookbook_rollouts
+from tinker_cookbook.rl import types as cookbook
+from tinker_cookbook.rl.problem_env import ProblemEnv, ProblemGroupBuilder
+from typer.testing import CliRunner
+
+from agentenvs.envs.registry import make
+from agentenvs.envs.types import TokensWithLogprobs, TrajectoryGroup
+from agentenvs.rollout.advantages import compute_advantages
+from agentenvs.rollout.handoff.tinker import assemble_tinker_data
+from agentenvs.rollout.integrations.tinker_cookbook import (
+    AgentenvsDatasetBuilder,
+    CookbookEnv,
+    CookbookGroupBuilder,
+    PolicyCompleter,
+    collect_from_cookbook,
+    from_cookbook_group,
+    to_cookbook_builder,
+    to_tinker_stop_reason,
+)
+from agentenvs.rollout.policies.hf import HFPolicy
+from agentenvs.rollout.policies.scripted import ScriptedPolicy
+from agentenvs.rollout.rollouts import current_slot, do_group_rollout
+from agentenvs.rollout.store import read_records
+
+# name -> (config overrides, the scripted variant the second trajectory plays)
+ENVS = {
+    "guess_number": ({"tasks": 4}, "malformed"),
+    "search_r1": ({}, "wrong"),
+    "retool": ({}, "wrong"),
+    "alfworld": ({"limits": {"max_turns": 10}}, "invalid"),
+}
+
+
+class MixedScripted:
+    """Per-env factory: even slots play the oracle, odd slots another variant, so a
+    group has different rewards (nonzero advantages) and several stop reasons."""
+
+    per_env = True
+
+    def __init__(self, other: str) -> None:
+        self.other = other
+
+    def __call__(self, env):
+        slot = current_slot.get()
+        index = slot.traj_index if slot is not None else 0
+        return ScriptedPolicy("oracle" if index % 2 == 0 else self.other)(env)
+
+
+def untimed(metrics: dict) -> dict:
+    """Metrics without wall-clock timings, which differ between two runs."""
+    return {k: v for k, v in metrics.items() if "seconds" not in k and "time" not in k}
+
+
+def assert_same_trajectories(theirs: TrajectoryGroup, ours: TrajectoryGroup) -> None:
+    assert theirs.group_rewards == ours.group_rewards
+    assert len(theirs.trajectories) == len(ours.trajectories)
+    for a, b in zip(theirs.trajectories, ours.trajectories, strict=True):
+        assert a.stop_reason == b.stop_reason
+        assert a.final_ob == b.final_ob
+        assert len(a.transitions) == len(b.transitions)
+        for x, y in zip(a.transitions, b.transitions, strict=True):
+            assert x.ob == y.ob
+            assert x.ac.tokens == y.ac.tokens
+            assert x.ac.logprobs == y.ac.logprobs
+            assert x.ac.stop_reason == to_tinker_stop_reason(y.ac.stop_reason)
+            assert (x.reward, x.episode_done) == (y.reward, y.episode_done)
+            assert untimed(x.metrics) == untimed(y.metrics)
+
+
+@pytest.mark.parametrize("name", list(ENVS))
+async def test_cookbook_rollout_of_agentenvs_group_equals_our_handoff(name, tokenizer):
+    overrides, other = ENVS[name]
+    config = make(name, **overrides)
+    policy = MixedScripted(other)
+
+    builder = to_cookbook_builder(config.group_builder(0, 2, tokenizer), [tokenizer.eos_token_id])
+    assert isinstance(builder, cookbook.EnvGroupBuilder)
+    pickle.loads(pickle.dumps(builder))  # the cookbook ships builders to worker processes
+    theirs_group = await cookbook_rollouts.do_group_rollout(builder, PolicyCompleter(policy))
+    assert isinstance(theirs_group, cookbook.TrajectoryGroup)
+    assert all(isinstance(t.transitions[0].ob, tinker.ModelInput) for t in theirs_group.trajectories_G)
+
+    ours_group = await do_group_rollout(config.group_builder(0, 2, tokenizer), policy)
+    assert_same_trajectories(from_cookbook_group(theirs_group), ours_group)
+    rewards = ours_group.total_rewards()
+    assert rewards == theirs_group.get_total_rewards()
+    assert rewards[0] != rewards[1]  # the advantages below are not all zero
+
+    advantages = cookbook_data.compute_advantages([theirs_group])
+    theirs, theirs_meta = cookbook_data.assemble_training_data([theirs_group], advantages)
+    # Fed the cookbook's float32 advantages, our hand-off is bit-for-bit theirs ...
+    ours, ours_meta = assemble_tinker_data([ours_group], [a.tolist() for a in advantages])
+    assert ours_meta == theirs_meta
+    assert_same_datums(ours, theirs)
+    assert any(d.loss_fn_inputs["mask"].tolist().count(0.0) for d in ours)  # observations masked
+    # ... and our own (float64) advantages agree with theirs.
+    assert compute_advantages([ours_group])[0] == pytest.approx(advantages[0].tolist(), abs=1e-6)
+
+
+@pytest.fixture(scope="module")
+def hf_model_dir(tmp_path_factory, tokenizer):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-cookbook"), tokenizer)
+
+
+async def test_hf_policy_through_the_cookbook_rollout(hf_model_dir, tokenizer):
+    """Sampled tokens, real logprobs and a per-turn cap that the cookbook's runner
+    enforces through the adapter's ``rollout_limits``; the env sees ``length``."""
+    config = make(
+        "guess_number",
+        tasks=2,
+        limits={"max_turns": 3, "max_tokens_per_turn": 5, "on_truncated_action": "end"},
+    )
+    policy = HFPolicy(str(hf_model_dir), tokenizer, max_tokens=64, seed=3)
+    builder = CookbookGroupBuilder(config.group_builder(1, 3, tokenizer))
+    envs = await builder.make_envs()
+    assert envs[0].rollout_limits.max_turn_tokens == 5
+    await builder.cleanup()
+
+    theirs_group = await cookbook_rollouts.do_group_rollout(builder, PolicyCompleter(policy))
+    group = from_cookbook_group(theirs_group)
+    for traj in group.trajectories:
+        for tr in traj.transitions:
+            assert len(tr.ac.tokens) <= 5
+            assert tr.ac.logprobs and all(lp < 0 for lp in tr.ac.logprobs)
+        last = traj.transitions[-1]
+        if last.ac.stop_reason == "length":
+            assert traj.stop_reason == "max_tokens"
+    assert any(t.transitions[-1].ac.stop_reason == "length" for t in group.trajectories)
+
+    advantages = cookbook_data.compute_advantages([theirs_group])
+    theirs, theirs_meta = cookbook_data.assemble_training_data([theirs_group], advantages)
+    ours, ours_meta = assemble_tinker_data([group], [a.tolist() for a in advantages])
+    assert ours_meta == theirs_meta
+    assert_same_datums(ours, theirs)
+
+
+async def test_dataset_builder_for_the_cookbook_train_loop():
+    builder = AgentenvsDatasetBuilder(
+        env="guess_number",
+        model_name_for_tokenizer="builtin",
+        group_size=2,
+        batch_size=3,
+        env_config={"tasks": 5},
+        test_split="test",
+    )
+    train, test = await builder()
+    assert isinstance(train, cookbook.RLDataset) and isinstance(test, cookbook.RLDataset)
+    assert len(train) == 2 and [len(train.get_batch(i)) for i in range(2)] == [3, 2]
+    group_builder = train.get_batch(1)[0]
+    envs = await group_builder.make_envs()
+    assert len(envs) == 2 and all(isinstance(e, CookbookEnv) for e in envs)
+    ob, stop = await envs[0].initial_observation()
+    assert isinstance(ob, tinker.ModelInput) and ob.length > 0 and "</guess>" in stop
+    assert group_builder.logging_tags() == ["guess_number"]
+    await group_builder.cleanup()
+
+
+async def test_per_env_policy_outside_a_wrapped_env_is_a_clear_error():
+    from agentenvs.rollout.policies.base import PolicyError
+
+    completer = PolicyCompleter(ScriptedPolicy())
+    with pytest.raises(PolicyError, match="CookbookGroupBuilder"):
+        await completer(tinker.ModelInput.from_ints([1, 2]), [])
+
+
+# ---- the reverse: a cookbook env under agentenvs' collector and viewer -------------------------
+
+
+class AdditionEnv(ProblemEnv):
+    """A cookbook single-turn problem env: add two numbers."""
+
+    def __init__(self, renderer, a: int, b: int) -> None:
+        super().__init__(renderer)
+        self.a, self.b = a, b
+
+    def get_question(self) -> str:
+        return f"What is {self.a} + {self.b}? Answer with the number only."
+
+    def check_answer(self, sample_str: str) -> bool:
+        return sample_str.strip() == str(self.a + self.b)
+
+    def check_format(self, sample_str: str) -> bool:
+        return sample_str.strip().isdigit()
+
+    def get_reference_answer(self) -> str:
+        return str(self.a + self.b)
+
+
+class ArithmeticPolicy:
+    """A policy (agentenvs protocol) that answers in the cookbook renderer's format:
+    right in even slots, off by one in odd ones, ending on the renderer's stop string."""
+
+    per_env = True
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def __call__(self, env):
+        slot = current_slot.get()
+        wrong = slot is not None and slot.traj_index % 2 == 1
+        inner = env.env  # the cookbook AdditionEnv behind the adapter
+
+        async def act(observation, stop, *, max_tokens=None):
+            answer = inner.a + inner.b + (1 if wrong else 0)
+            tokens = self.tokenizer.encode(f" {answer}{stop[0]}", add_special_tokens=False)
+            return TokensWithLogprobs(tokens, [-0.5] * len(tokens), "stop")
+
+        return act
+
+
+def addition_builders(tokenizer, count: int):
+    renderer = get_renderer("role_colon", tokenizer)
+    return [
+        ProblemGroupBuilder(
+            env_thunk=partial(AdditionEnv, renderer, i, i + 2), num_envs=2, dataset_name="add"
+        )
+        for i in range(count)
+    ]
+
+
+async def test_cookbook_env_runs_under_agentenvs_collector_and_viewer(tmp_path, tokenizer):
+    out = tmp_path / "cookbook.jsonl"
+    result = await collect_from_cookbook(
+        addition_builders(tokenizer, 3),
+        ArithmeticPolicy(tokenizer),
+        out=out,
+        tokenizer=tokenizer,
+        tokenizer_spec="builtin",
+        env_name="cookbook/addition",
+        progress=False,
+    )
+    assert len(result.ok) == 3 and not result.failed
+    records = read_records(out)
+    assert [r.key for r in records] == [r.key for r in result.records]
+    for record in records:
+        assert record.env == "cookbook/addition"
+        assert record.group.tags == ["add"]
+        assert record.group.total_rewards() == [1.0, 0.0]  # right; wrong but well formed
+        first = record.group.trajectories[0].transitions[0]
+        assert first.metrics == {"format": 1.0, "correct": 1.0}
+        assert "What is" in tokenizer.decode(first.ob)
+        assert record.provenance["tokenizer"]["spec"] == "builtin"
+
+    # A rerun over the same file resumes: nothing is collected twice.
+    again = await collect_from_cookbook(
+        addition_builders(tokenizer, 3), ArithmeticPolicy(tokenizer), out=out, progress=False
+    )
+    assert again.skipped == 3 and not again.records
+
+    from agentenvs.rollout.cli import app
+
+    html = tmp_path / "view.html"
+    run = CliRunner().invoke(app, ["view", str(out), "--html", str(html)])
+    assert run.exit_code == 0, run.output
+    text = unescape(re.sub(r"<[^>]+>", "", html.read_text()))  # tokens are one span each
+    assert "What is 0 + 2?" in text and "cookbook/addition" in text
+
+
+async def test_cookbook_env_with_hf_policy_and_length_stop(hf_model_dir, tokenizer):
+    """Our sampler's ``length`` reaches the cookbook env as Tinker's ``length``: the
+    response never ended on the stop sequence, so the env's format check fails."""
+    policy = HFPolicy(str(hf_model_dir), tokenizer, max_tokens=4, seed=0)
+    result = await collect_from_cookbook(
+        addition_builders(tokenizer, 1), policy, progress=False, tokenizer=tokenizer
+    )
+    (record,) = result.ok
+    for traj in record.group.trajectories:
+        (transition,) = traj.transitions
+        assert transition.ac.stop_reason == "length" and len(transition.ac.tokens) == 4
+        assert transition.metrics["format"] == 0.0
+        assert transition.reward == pytest.approx(-0.1)
