@@ -6,6 +6,7 @@ searched by the three backends in the same process and run:
 * index build time per backend;
 * throughput: all queries in batches of ``--batch`` through the async ``search`` API;
 * latency: the queries one at a time (p50/p99), micro-batch wait set to 0 for all;
+* measurements interleaved batch by batch across backends (see :func:`measure`);
 * ratios against ``lucene``;
 * top-3 agreement of ``bm25`` with ``lucene`` (mean |top3 ∩ top3| / 3) and how often
   each finds the passage a query was drawn from.
@@ -38,7 +39,6 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -228,39 +228,57 @@ def _strip_suffix(word: str) -> str:
 @dataclass
 class Run:
     name: str
+    retriever: Any
     build_s: float
+    note: str = ""
+    meaningful_hits: bool = True  # False when passage vectors are stand-ins
     qps: float = 0.0
     p50_ms: float = 0.0
     p99_ms: float = 0.0
     top: list[list[str]] = field(default_factory=list)
-    note: str = ""
-    meaningful_hits: bool = True  # False when passage vectors are stand-ins
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q))
+def rotated(runs: list[Run], shift: int) -> list[Run]:
+    shift %= len(runs)
+    return runs[shift:] + runs[:shift]
 
 
-async def measure(run: Run, retriever: Any, queries: list[str], batch: int, latency_n: int) -> Run:
-    # Warm-up pass (untimed) for every backend: the JVM's JIT, the stemmer caches and
-    # first touches of memory-mapped files all settle before anything is measured.
-    for start in range(0, len(queries), batch):
-        await retriever.search(queries[start : start + batch], 3)
-    started = time.perf_counter()
-    top: list[list[str]] = []
-    for start in range(0, len(queries), batch):
-        results = await retriever.search(queries[start : start + batch], 3)
-        top.extend([p.id for p in hits] for hits in results)
-    run.qps = len(queries) / (time.perf_counter() - started)
-    run.top = top
-    latencies = []
-    for query in queries[:latency_n]:
-        t0 = time.perf_counter()
-        await retriever.search([query], 3)
-        latencies.append((time.perf_counter() - t0) * 1000)
-    run.p50_ms, run.p99_ms = percentile(latencies, 50), percentile(latencies, 99)
-    await retriever.close()
-    return run
+async def measure(
+    runs: list[Run], queries: list[str], batch: int, latency_n: int, passes: int
+) -> None:
+    """Throughput and latency of every backend, interleaved batch by batch.
+
+    The machine is shared, so its load drifts; running the backends one after the
+    other would hand each a different machine. Here every batch (and every latency
+    query) goes to all backends in turn, in a rotating order, so drift hits all alike.
+    Throughput is the best of ``passes`` passes.
+    """
+    chunks = [queries[i : i + batch] for i in range(0, len(queries), batch)]
+    # Warm-up pass, untimed: the JVM's JIT, stemmer caches, first touches of mmaps.
+    for chunk in chunks:
+        for run in runs:
+            await run.retriever.search(chunk, 3)
+    for pass_no in range(passes):
+        elapsed = dict.fromkeys((r.name for r in runs), 0.0)
+        for i, chunk in enumerate(chunks):
+            for run in rotated(runs, i):
+                t0 = time.perf_counter()
+                results = await run.retriever.search(chunk, 3)
+                elapsed[run.name] += time.perf_counter() - t0
+                if pass_no == 0:
+                    run.top.extend([p.id for p in hits] for hits in results)
+        for run in runs:
+            run.qps = max(run.qps, len(queries) / elapsed[run.name])
+    latencies: dict[str, list[float]] = {r.name: [] for r in runs}
+    for i, query in enumerate(queries[:latency_n]):
+        for run in rotated(runs, i):
+            t0 = time.perf_counter()
+            await run.retriever.search([query], 3)
+            latencies[run.name].append((time.perf_counter() - t0) * 1000)
+    for run in runs:
+        values = np.asarray(latencies[run.name])
+        run.p50_ms, run.p99_ms = float(np.percentile(values, 50)), float(np.percentile(values, 99))
+        await run.retriever.close()
 
 
 def agreement(a: list[list[str]], b: list[list[str]]) -> float:
@@ -289,7 +307,7 @@ class RandomUnitVectors:
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-# ---- the three backends ------------------------------------------------------------------
+# ---- the three backends: build and open --------------------------------------------------
 
 
 def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
@@ -298,9 +316,7 @@ def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
     return value, time.perf_counter() - started
 
 
-async def run_bm25(
-    corpus: Path, work: Path, queries: list[str], args: argparse.Namespace, stemmer: str
-) -> Run:
+def open_bm25(corpus: Path, work: Path, args: argparse.Namespace, stemmer: str) -> Run:
     from agentenvs.envs.search_r1.retrievers.bm25 import BM25Retriever, build_bm25_index
     from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
 
@@ -309,12 +325,11 @@ async def run_bm25(
     config = RetrieverConfig(
         kind="bm25", index_dir=str(out), stemmer=stemmer, batch_size=args.batch, batch_wait_ms=0
     )
-    retriever = BM25Retriever(config)
     name = "bm25" if stemmer == "english" else f"bm25 ({stemmer} stemmer)"
-    return await measure(Run(name, build_s), retriever, queries, args.batch, args.latency_queries)
+    return Run(name, BM25Retriever(config), build_s)
 
 
-async def run_lucene(corpus: Path, work: Path, queries: list[str], args: argparse.Namespace) -> Run:
+def open_lucene(corpus: Path, work: Path, args: argparse.Namespace) -> Run:
     from agentenvs.envs.search_r1.retrievers.lucene import LuceneRetriever
 
     out = work / "lucene"
@@ -322,17 +337,20 @@ async def run_lucene(corpus: Path, work: Path, queries: list[str], args: argpars
     retriever, open_s = timed(
         LuceneRetriever, out, threads=2, batch_size=args.batch, batch_wait_ms=0
     )
-    run = Run("lucene", build_s, note=f"first open {open_s:.1f} s (JVM + pyserini import)")
-    return await measure(run, retriever, queries, args.batch, args.latency_queries)
+    return Run(
+        "lucene",
+        retriever,
+        build_s,
+        note=f"first open {open_s:.1f} s (JVM start + pyserini import)",
+    )
 
 
-async def run_dense(
-    corpus: Path, work: Path, queries: list[str], args: argparse.Namespace
-) -> list[Run]:
-    """One dense index; searched once per ``--dense-threads`` setting, in order."""
+def open_dense(corpus: Path, work: Path, args: argparse.Namespace) -> Run:
     from agentenvs.envs.search_r1.retrievers.dense import DenseRetriever, set_compute_threads
     from agentenvs.envs.search_r1.retrievers.dense_encoder import SentenceEncoder
 
+    if args.dense_threads is not None:
+        set_compute_threads(args.dense_threads)
     sample = work / "dense-sample.jsonl"
     with corpus.open(encoding="utf-8") as src, sample.open("w", encoding="utf-8") as dst:
         for _, line in zip(range(args.dense_sample), src, strict=False):
@@ -343,28 +361,19 @@ async def run_dense(
     out = work / "dense"
     if args.dense_real:
         _, build_s = timed(DenseRetriever.build_index, corpus, out, progress=True)
-        note = f"real MiniLM build, {rate:.0f} passages/s on the sample"
+        note = f"real MiniLM build, {rate:.1f} passages/s on the sample"
     else:
         _, store_s = timed(
             DenseRetriever.build_index, corpus, out, progress=False, encoder=RandomUnitVectors(384)
         )
         build_s = args.passages / rate + store_s
         note = (
-            f"build estimated: {args.dense_sample} passages embedded at {rate:.1f}/s "
-            f"(default threads), extrapolated, + {store_s:.1f} s store/faiss; "
-            "passage vectors are stand-ins"
+            f"build estimated: {args.dense_sample} passages embedded at {rate:.1f}/s, "
+            f"extrapolated, + {store_s:.1f} s store/faiss; passage vectors are stand-ins"
         )
-    runs = []
-    for setting in args.dense_threads.split(","):
-        threads = None if setting == "default" else int(setting)
-        if threads is not None:
-            set_compute_threads(threads)
-        retriever = DenseRetriever(out, batch_size=args.batch, batch_wait_ms=0)
-        name = "dense" if threads is None else f"dense ({threads} thread{'s' * (threads > 1)})"
-        run = Run(name, build_s, note=note, meaningful_hits=args.dense_real)
-        runs.append(await measure(run, retriever, queries, args.batch, args.latency_queries))
-        print(f"{name}: {run.qps:.0f} q/s", file=sys.stderr)
-    return runs
+    name = "dense" if args.dense_threads is None else f"dense ({args.dense_threads} thread(s))"
+    retriever = DenseRetriever(out, batch_size=args.batch, batch_wait_ms=0)
+    return Run(name, retriever, build_s, note=note, meaningful_hits=args.dense_real)
 
 
 # ---- report ------------------------------------------------------------------------------
@@ -386,7 +395,8 @@ def report(
     base = next(r for r in runs if r.name == "lucene")
     lines = [
         f"Corpus: {args.passages:,} generated passages, {args.queries:,} queries, top-3; "
-        f"throughput in batches of {args.batch}; latency over {args.latency_queries} single queries. "
+        f"throughput in batches of {args.batch} (best of {args.passes} passes); latency over "
+        f"{args.latency_queries} single queries; backends interleaved batch by batch. "
         f"{machine()}; {time.strftime('%Y-%m-%d')}; load average {load[0]:.1f} before, {load[1]:.1f} after.",
         "",
         "| backend | index build | queries/s | vs lucene | p50 ms | p99 ms | p50 vs lucene | source passage in top-3 |",
@@ -406,8 +416,9 @@ def report(
                 f"- top-3 agreement {r.name} vs lucene: {agreement(r.top, base.top):.3f} "
                 f"(top-1 identical: {top1:.3f})"
             )
-    for note in dict.fromkeys(f"- {r.name.split(' (')[0]}: {r.note}" for r in runs if r.note):
-        lines.append(note)
+    for r in runs:
+        if r.note:
+            lines.append(f"- {r.name}: {r.note}")
     return "\n".join(lines)
 
 
@@ -419,23 +430,24 @@ async def main_async(args: argparse.Namespace) -> None:
     _, gen_s = timed(generate_corpus, corpus, args.passages)
     pairs = generate_queries(corpus, args.queries)
     queries, sources = [q for q, _ in pairs], [s for _, s in pairs]
-    print(
-        f"corpus {corpus} ({corpus.stat().st_size / 1e6:.0f} MB) generated in {gen_s:.1f} s",
-        file=sys.stderr,
-    )
-    runs: list[Run] = []
-    for stemmer in args.bm25_stemmers.split(","):
-        runs.append(await run_bm25(corpus, work, queries, args, stemmer))
-        print(f"{runs[-1].name}: {runs[-1].qps:.0f} q/s", file=sys.stderr)
-    runs.append(await run_lucene(corpus, work, queries, args))
-    print(f"lucene: {runs[-1].qps:.0f} q/s", file=sys.stderr)
+    log(f"corpus {corpus} ({corpus.stat().st_size / 1e6:.0f} MB) generated in {gen_s:.1f} s")
+    runs = [open_bm25(corpus, work, args, stemmer) for stemmer in args.bm25_stemmers.split(",")]
+    runs.append(open_lucene(corpus, work, args))
     if not args.skip_dense:
-        runs.extend(await run_dense(corpus, work, queries, args))
+        runs.append(open_dense(corpus, work, args))
+    for run in runs:
+        log(f"{run.name}: index built in {run.build_s:.1f} s")
+    await measure(runs, queries, args.batch, args.latency_queries, args.passes)
     print(report(runs, sources, args, (load_before, os.getloadavg()[0])))
     if args.json:
+        fields = ("name", "build_s", "qps", "p50_ms", "p99_ms", "note")
         Path(args.json).write_text(
-            json.dumps([{k: v for k, v in vars(r).items() if k != "top"} for r in runs], indent=2)
+            json.dumps([{k: getattr(r, k) for k in fields} for r in runs], indent=2)
         )
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def main() -> None:
@@ -457,11 +469,9 @@ def main() -> None:
     parser.add_argument("--dense-real", action="store_true", help="embed the whole corpus (slow)")
     parser.add_argument("--skip-dense", action="store_true")
     parser.add_argument(
-        "--dense-threads",
-        default="default",
-        help="comma list of torch/faiss thread counts to search dense with, in order; "
-        "'default' leaves torch's and faiss' own (it must come first)",
+        "--dense-threads", type=int, help="torch/faiss threads (default: leave theirs)"
     )
+    parser.add_argument("--passes", type=int, default=2, help="timed throughput passes")
     parser.add_argument("--workdir", help="keep corpus and indexes here (default: a temp folder)")
     parser.add_argument("--json", help="also write the figures here")
     asyncio.run(main_async(parser.parse_args()))

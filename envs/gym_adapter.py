@@ -103,6 +103,8 @@ class TextGymEnv(gymnasium.Env):
     def close(self) -> None:
         self._close_task()
         if not self._loop.is_closed():
+            # Shared clients (a sandbox pool, an HTTP retriever) close with their loop.
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
 
 

@@ -419,10 +419,24 @@ def rollout_command(
         bool, typer.Option("--json-summary", help="Print one JSON line instead of the table.")
     ] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    sandbox: Annotated[
+        str | None,
+        typer.Option(
+            help="Sandbox backend for envs that run code (local, docker, sandboxfusion); "
+            "short for --set sandbox.backend=..."
+        ),
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(help="SandboxFusion URL with --sandbox sandboxfusion (sandbox.url)."),
+    ] = None,
 ) -> None:
     """Run GROUPS groups of GROUP_SIZE episodes of ENV with a policy; store them as JSONL."""
     with friendly_errors():
-        overrides = parse_assignments(sets or [], "--set")
+        sandbox_sets = [f"sandbox.backend={sandbox}"] if sandbox else []
+        if url:
+            sandbox_sets.append(f"sandbox.url={url}")
+        overrides = parse_assignments([*(sets or []), *sandbox_sets], "--set")
         if renderer is not None:
             overrides["renderer"] = renderer
         options = parse_assignments(policy_opts or [], "--policy-opt")

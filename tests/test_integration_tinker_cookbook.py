@@ -105,7 +105,9 @@ async def test_cookbook_rollout_of_agentenvs_group_equals_our_handoff(name, toke
     pickle.loads(pickle.dumps(builder))  # the cookbook ships builders to worker processes
     theirs_group = await cookbook_rollouts.do_group_rollout(builder, PolicyCompleter(policy))
     assert isinstance(theirs_group, cookbook.TrajectoryGroup)
-    assert all(isinstance(t.transitions[0].ob, tinker.ModelInput) for t in theirs_group.trajectories_G)
+    assert all(
+        isinstance(t.transitions[0].ob, tinker.ModelInput) for t in theirs_group.trajectories_G
+    )
 
     ours_group = await do_group_rollout(config.group_builder(0, 2, tokenizer), policy)
     assert_same_trajectories(from_cookbook_group(theirs_group), ours_group)

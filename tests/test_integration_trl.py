@@ -176,8 +176,13 @@ def test_grpo_trainer_step_masks_environment_tokens(tmp_path, model_dir, trl_tok
     """Scripted players (oracle vs malformed) give different rewards; the model being
     trained scores and updates on the multi-turn completions."""
     config = make("guess_number", tasks=2, low=1, high=8, limits={"max_turns": 4})
-    trainer, outputs, modes, captured, changed = run_one_step(
-        tmp_path, model_dir, trl_tokenizer, config, policy=MixedScripted(), reward_funcs=[env_reward]
+    trainer, outputs, _, captured, changed = run_one_step(
+        tmp_path,
+        model_dir,
+        trl_tokenizer,
+        config,
+        policy=MixedScripted(),
+        reward_funcs=[env_reward],
     )
     (out,) = outputs
     assert len(out["completion_ids"]) == 4
@@ -193,7 +198,6 @@ def test_grpo_trainer_step_masks_environment_tokens(tmp_path, model_dir, trl_tok
     assert len(records) == 2 and all(r.group and len(r.group.trajectories) == 2 for r in records)
 
 
-@pytest.mark.slow
 def test_grpo_trainer_samples_with_its_own_model(tmp_path, model_dir, trl_tokenizer):
     """The default policy: the trainer's own weights sample the actions; the trainer
     stays in training mode after the rollout."""

@@ -144,7 +144,13 @@ def instantiate_like_verl(entry: dict, server_manager, tokenizer, response_lengt
 
 def sampling_params() -> dict:
     # AgentLoopWorker.generate_sequences
-    return {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+    return {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "repetition_penalty": 1.0,
+        "logprobs": True,
+    }
 
 
 def row_fields(row: dict) -> dict:
@@ -156,7 +162,9 @@ def test_registration_and_agent_loop_config():
     assert adapter.AGENT_LOOP_REGISTRY == {
         "agentenvs": {"_target_": "agentenvs.rollout.integrations.verl.AgentenvsAgentLoop"}
     }
-    (entry,) = yaml.safe_load(yaml.safe_dump(adapter.agent_loop_config("search_r1", {"max_turns": 2})))
+    (entry,) = yaml.safe_load(
+        yaml.safe_dump(adapter.agent_loop_config("search_r1", {"max_turns": 2}))
+    )
     assert entry["name"] == "agentenvs" and entry["env_config"] == {"max_turns": 2}
     module_name, _, class_name = entry["_target_"].rpartition(".")
     assert getattr(importlib.import_module(module_name), class_name) is adapter.AgentenvsAgentLoop
@@ -201,18 +209,25 @@ async def test_agent_loop_output_follows_verl_contract(env, env_config, sampler,
     answers = [call["answer"] for call in server.calls]
     sampled = [t for t, m in zip(output.response_ids, output.response_mask, strict=True) if m]
     assert sampled == [t for a in answers for t in a.tokens]
-    sampled_lp = [lp for lp, m in zip(output.response_logprobs, output.response_mask, strict=True) if m]
+    sampled_lp = [
+        lp for lp, m in zip(output.response_logprobs, output.response_mask, strict=True) if m
+    ]
     assert sampled_lp == [lp for a in answers for lp in a.logprobs]
     assert 0 in output.response_mask  # observations between the actions
     assert all(
-        lp == 0.0 for lp, m in zip(output.response_logprobs, output.response_mask, strict=True) if not m
+        lp == 0.0
+        for lp, m in zip(output.response_logprobs, output.response_mask, strict=True)
+        if not m
     )
     # Each turn's context is the prompt plus the response so far (token-in/token-out).
     full = output.prompt_ids + output.response_ids
     for call in server.calls:
         assert full[: len(call["prompt_ids"])] == call["prompt_ids"]
         assert call["request_id"] == server.calls[0]["request_id"]  # sticky session
-        assert call["logprobs"] is True and call["max_tokens"] <= env_config["limits"]["max_tokens_per_turn"]
+        assert (
+            call["logprobs"] is True
+            and call["max_tokens"] <= env_config["limits"]["max_tokens_per_turn"]
+        )
 
     extra = output.extra_fields
     assert output.reward_score == pytest.approx(sum(extra["turn_scores"]))
@@ -227,7 +242,9 @@ async def test_padded_batch_equals_verl_postprocess(sampler, tokenizer):
     env_config = {"tasks": 2, "limits": {"max_turns": 3, "max_tokens_per_turn": 8,
                                          "on_truncated_action": "pass"}}  # fmt: skip
     server = ServerManager(sampler)
-    loop = instantiate_like_verl(adapter.agent_loop_config("guess_number", env_config)[0], server, tokenizer)
+    loop = instantiate_like_verl(
+        adapter.agent_loop_config("guess_number", env_config)[0], server, tokenizer
+    )
     outputs = []
     for row in adapter.verl_rows("guess_number", env_config=env_config, n=2):
         outputs.append(await loop.run(sampling_params(), **row_fields(row)))
@@ -259,9 +276,12 @@ async def test_padded_batch_equals_verl_postprocess(sampler, tokenizer):
             loss_mask=[0] * len(o.prompt_ids) + o.response_mask,
             logprobs=[0.0] * len(o.prompt_ids) + o.response_logprobs,
             advantages=[0.0] * (len(o.prompt_ids) + len(o.response_ids)),
-            group_index=0, traj_index=i, sample_index=0, reward=o.reward_score,
+            group_index=0,
+            traj_index=i,
+            sample_index=0,
+            reward=o.reward_score,
             prompt_length=len(o.prompt_ids),
-        )  # fmt: skip
+        )
         for i, o in enumerate(outputs)
     ]
     ours = to_verl_batch(samples, pad, prompt_length=PROMPT_LENGTH, response_length=RESPONSE_LENGTH)
@@ -276,7 +296,10 @@ async def test_response_budget_is_verls_response_length(sampler, tokenizer):
                                          "on_truncated_action": "pass"}}  # fmt: skip
     server = ServerManager(sampler)
     loop = instantiate_like_verl(
-        adapter.agent_loop_config("guess_number", env_config)[0], server, tokenizer, response_length=30
+        adapter.agent_loop_config("guess_number", env_config)[0],
+        server,
+        tokenizer,
+        response_length=30,
     )
     (row,) = adapter.verl_rows("guess_number", env_config=env_config, n=1)
     output = await loop.run(sampling_params(), **row_fields(row))

@@ -93,6 +93,12 @@ def test_bad_tool_calls_are_malformed_not_errors():
         assert parsed.detail
 
 
+def test_tool_call_code_may_contain_the_closing_tag():
+    code = "print('</tool_call>')"
+    text = code_action(code, protocol="tool_call") + code_action("print(2)", protocol="tool_call")
+    assert parse_tool_calls(text).codes == [code, "print(2)"]
+
+
 def test_tool_call_turn_without_call_is_final():
     assert parse_tool_calls("The answer is \\boxed{3}.").kind == "final"
 

@@ -151,6 +151,15 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
+async def _eventually_empty(probe, patience: float = 5.0) -> set[int]:
+    """Poll ``probe`` until it returns an empty set or ``patience`` seconds pass."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience
+    while (found := probe()) and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    return found
+
+
 def _describe(pids: set[int]) -> dict[int, str]:
     described = {}
     for pid in pids:
@@ -182,10 +191,14 @@ async def assert_host_and_pool_unharmed(spec: BackendSpec, sandbox: Sandbox, ctx
     assert Path(ctx.canary_path).read_text() == ctx.canary_secret, "host canary file changed"
     assert ctx.connections_accepted() == 0, "the sandbox reached a host TCP listener"
     # Nothing the program started is alive on the host...
-    strays = spec.stray_host_processes(sandbox)
+    # Killed before the answer, reaped before the next execution: allow the kernel a moment
+    # to finish tearing killed processes down; a survivor stays and fails the check.
+    strays = await _eventually_empty(lambda: spec.stray_host_processes(sandbox))
     assert strays == set(), f"host processes left behind: {_describe(strays)}"
     if hasattr(sandbox, "host_pids"):
-        strays = _descendants(os.getpid()) - sandbox.host_pids() - _helper_processes()
+        strays = await _eventually_empty(
+            lambda: _descendants(os.getpid()) - sandbox.host_pids() - _helper_processes()
+        )
         assert strays == set(), f"host processes left behind: {_describe(strays)}"
     # ...nor inside the sandbox, and the pool still works.
     inside = await sandbox.run(LEFTOVERS_INSIDE)

@@ -126,6 +126,9 @@ async def test_overlong_query_is_searched_not_raised(retriever: LuceneRetriever)
     long_query = "volcano eruption " + " ".join(f"filler{i}" for i in range(3000))
     [hits] = await retriever.search([long_query], 3)
     assert hits and hits[0].id == "p-volcano"
+    # In a batch, the one bad query must not sink the others.
+    alone, other = retriever.search_sync([long_query, "Vatna glacier meltwater"], 3)
+    assert alone[0].id == "p-volcano" and other[0].id == "p-glacier"
 
 
 async def test_concurrent_searches_get_their_own_results(retriever: LuceneRetriever) -> None:

@@ -87,12 +87,15 @@ def parse_tool_calls(text: str) -> ParsedAction:
         start = text.find(CALL_OPEN, position)
         if start < 0:
             break
-        end = text.find(CALL_CLOSE, start)
+        body = start + len(CALL_OPEN)
+        end = _json_end(text, body)  # code may itself contain "</tool_call>"
+        if end is None:
+            end = text.find(CALL_CLOSE, body)
         if end < 0:
             return ParsedAction(
                 "malformed", problem="parse_error", detail=f"{CALL_OPEN} was never closed"
             )
-        blocks.append(text[start + len(CALL_OPEN) : end])
+        blocks.append(text[body:end])
         position = end + len(CALL_CLOSE)
     if not blocks:
         return ParsedAction("final")
@@ -104,6 +107,24 @@ def parse_tool_calls(text: str) -> ParsedAction:
             return ParsedAction("malformed", problem=kind, detail=problem)
         codes.append(code)
     return ParsedAction("code", codes=codes)
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _json_end(text: str, start: int) -> int | None:
+    """Index of the ``</tool_call>`` that follows a JSON value starting at ``start``
+    (after whitespace), or None when the text there is not JSON closed by the tag."""
+    index = start
+    while index < len(text) and text[index].isspace():
+        index += 1
+    try:
+        _, stop = _DECODER.raw_decode(text, index)
+    except json.JSONDecodeError:
+        return None
+    while stop < len(text) and text[stop].isspace():
+        stop += 1
+    return stop if text.startswith(CALL_CLOSE, stop) else None
 
 
 def _code_from_call(block: str) -> tuple[str | None, str]:

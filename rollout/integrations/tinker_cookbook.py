@@ -27,6 +27,7 @@ the adapter) is ``eos``; going out, ``eos`` becomes ``stop``.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -164,7 +165,9 @@ def from_cookbook_trajectory(traj: cookbook.Trajectory) -> Trajectory:
     return Trajectory(transitions, _ints(traj.final_ob), traj.stop_reason)
 
 
-def from_cookbook_group(group: cookbook.TrajectoryGroup, tags: Sequence[str] = ()) -> TrajectoryGroup:
+def from_cookbook_group(
+    group: cookbook.TrajectoryGroup, tags: Sequence[str] = ()
+) -> TrajectoryGroup:
     """A cookbook ``TrajectoryGroup`` as ours, e.g. to hand it to our Tinker/verl hand-offs."""
     return TrajectoryGroup(
         trajectories=[from_cookbook_trajectory(t) for t in group.trajectories_G],
@@ -310,7 +313,10 @@ class PolicyCompleter(TokenCompleter):
     """
 
     policy: Policy | PolicyFactory
-    _per_env: dict[int, tuple[CookbookEnv, Policy]] = field(default_factory=dict, repr=False)
+    _per_env: weakref.WeakKeyDictionary[CookbookEnv, Policy] = field(
+        default_factory=weakref.WeakKeyDictionary, repr=False
+    )
+    """Per-env policies, dropped with their episode's env."""
 
     async def __call__(
         self,
@@ -339,15 +345,15 @@ class PolicyCompleter(TokenCompleter):
                 f"{type(self.policy).__name__} needs to know its environment; it only works "
                 "on agentenvs environments wrapped by CookbookGroupBuilder/CookbookEnv"
             )
-        cached = self._per_env.get(id(env))
-        if cached is not None and cached[0] is env:
-            return cached[1]
+        cached = self._per_env.get(env)
+        if cached is not None:
+            return cached
         token = current_slot.set(RolloutSlot(None, env.index))
         try:
             made = policy_for(self.policy, env.env)
         finally:
             current_slot.reset(token)
-        self._per_env[id(env)] = (env, made)
+        self._per_env[env] = made
         return made
 
 

@@ -176,9 +176,7 @@ def make_rollout_func(
                 f"{len(result.failed)} agentenvs group(s) failed; first: {result.failed[0].error}"
             )
         by_key = {record.key: record for record in result.records}
-        return _as_trl_batch(
-            [by_key[key].group for key in keys], tokenizer, weights_version=step
-        )
+        return _as_trl_batch([by_key[key].group for key in keys], tokenizer, weights_version=step)
 
     return rollout_func
 

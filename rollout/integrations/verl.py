@@ -97,7 +97,9 @@ def agent_loop_config(env: str, env_config: Mapping[str, Any] | None = None) -> 
 
     verl instantiates the class with hydra, passing ``env``/``env_config`` on.
     """
-    return [{"name": AGENT_NAME, "_target_": TARGET, "env": env, "env_config": dict(env_config or {})}]
+    return [
+        {"name": AGENT_NAME, "_target_": TARGET, "env": env, "env_config": dict(env_config or {})}
+    ]
 
 
 def verl_rows(
@@ -299,7 +301,9 @@ class AgentenvsAgentLoop(_Base):  # type: ignore[misc,valid-type]
         logprobs = sample.logprobs[p:]
         truncated = self.response_length is not None and len(response) > self.response_length
         if truncated:
-            response, mask, logprobs = (x[: self.response_length] for x in (response, mask, logprobs))
+            response, mask, logprobs = (
+                x[: self.response_length] for x in (response, mask, logprobs)
+            )
         prompt = sample.tokens[:p]
         prompt_truncated = self.prompt_length is not None and len(prompt) > self.prompt_length
         if prompt_truncated:  # verl left-truncates over-long prompts the same way

@@ -34,7 +34,7 @@ from agentenvs.sandbox.local.protocol import (
     read_frame,
     supervisor_source,
 )
-from agentenvs.sandbox.local.worker import WorkerDead, WorkerStartError
+from agentenvs.sandbox.local.worker import IDLE_PROCESS_NAME, WorkerDead, WorkerStartError
 
 MB = 1024 * 1024
 LABEL = "io.agentenvs.sandbox"
@@ -311,31 +311,23 @@ class ContainerWorker:
     def stderr_tail(self) -> str:
         return self.stream.stderr_tail() if self.stream is not None else ""
 
-    def own_host_pids(self, settle: float = 0.5) -> set[int]:
-        """The container's own processes on the host: the supervisor and its prepared child.
+    def own_host_pids(self) -> set[int]:
+        """The container's own processes on the host: the supervisor and its idle child.
 
         After answering a run, the supervisor forks the next execution's child ahead of
-        time; once set up, that child waits, as a session leader, on a pipe for its
-        request. Exactly one such child of the supervisor is the worker's own; anything
-        else is not (and is a leak). A child still setting itself up is given ``settle``
-        seconds to get there. Empty when the engine runs elsewhere (no host pids to see).
+        time; that child carries the supervisor's idle process name until its request
+        arrives, which tells it from a leftover. Empty when the engine runs elsewhere.
         """
         pid = self.host_pid
-        if not pid or self._dead or not Path(f"/proc/{pid}").exists():
+        if self._dead:
             return set()
-        deadline = time.monotonic() + settle
-        while True:
-            children = _children(pid)
-            prepared = [
-                child
-                for child in children
-                if _stat(child) == ("S", child) and "pipe_read" in _wchan(child)
-            ]
-            if len(prepared) == 1 and len(children) == 1:
-                return {pid, prepared[0]}
-            if not children or time.monotonic() > deadline:
-                return {pid}
-            time.sleep(0.01)
+        if not pid and self.container is not None and not self.hello:
+            # Still starting: no code has run in it yet, so whatever runs in its cgroup is
+            # its own start-up (the supervisor importing numpy...).
+            return _processes_in_cgroup_of(self.container.id)
+        if not pid or not Path(f"/proc/{pid}").exists():
+            return set()
+        return {pid} | {child for child in _children(pid) if _comm(child) == IDLE_PROCESS_NAME}
 
     # ------------------------------------------------------------------ requests
     async def request(self, message: dict, timeout: float) -> dict:
@@ -414,18 +406,9 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in text.split()]
 
 
-def _stat(pid: int) -> tuple[str, int]:
-    """(state, session id) of a process, or ("", 0)."""
+def _comm(pid: int) -> str:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return fields[0], int(fields[3])
-    except (OSError, IndexError, ValueError):
-        return "", 0
-
-
-def _wchan(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/wchan").read_text()
+        return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return ""
 
@@ -435,3 +418,12 @@ def _cgroup_names(pid: int, container_id: str) -> bool:
         return container_id in Path(f"/proc/{pid}/cgroup").read_text()
     except OSError:
         return False
+
+
+def _processes_in_cgroup_of(container_id: str) -> set[int]:
+    """Host pids whose cgroup names the container (a local engine's container processes)."""
+    found = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit() and _cgroup_names(int(name), container_id):
+            found.add(int(name))
+    return found

@@ -327,6 +327,12 @@ class LocalSandbox(Sandbox):
                         message="the sandbox worker was killed by the out-of-memory killer",
                     )
                 return ExecResult(ExecStatus.SANDBOX_ERROR, message=str(exc))
+            if response.get("not_run") and attempt == 0:
+                # the worker could not clean up after its previous execution: use a fresh one
+                await worker.kill()
+                slot.worker = None
+                self.stats["retries"] += 1
+                continue
             oom = worker.cgroup is not None and worker.cgroup.oom_kills() > oom_before
             return to_exec_result(response, oom=oom, memory_mb=limits["memory_bytes"] // MB)
         return ExecResult(

@@ -91,14 +91,17 @@ def _make_docker(config: SandboxConfig) -> Sandbox:
     from agentenvs.sandbox.docker import DockerSandbox
 
     service = shared_service()
-    return DockerSandbox(config.model_copy(update={"backend": "docker", "docker_host": service.docker_host}))
+    return DockerSandbox(
+        config.model_copy(update={"backend": "docker", "docker_host": service.docker_host})
+    )
 
 
 def _docker_strays(sandbox: Sandbox) -> set[int]:
     """Processes of the containers' dedicated uids that are not their supervisors."""
     uids = sandbox.sandbox_uids()  # type: ignore[attr-defined]
-    own = sandbox.host_pids()  # type: ignore[attr-defined]
-    return {pid for pid in host_pids() if host_uid_of(pid) in uids and pid not in own}
+    candidates = {pid for pid in host_pids() if host_uid_of(pid) in uids}
+    # listed after the scan: a supervisor may fork its next idle child in between
+    return candidates - sandbox.host_pids()  # type: ignore[attr-defined]
 
 
 sandbox_backends.append(

@@ -181,6 +181,8 @@ class LuceneRetriever(Retriever):
 
     def search_batch(self, queries: list[str], k: int) -> list[list[Passage]]:
         """Blocking batched search; call it on the JVM thread (``search`` does)."""
+        if len(queries) == 1:  # measured: ~2.5x faster than a one-query batch_search
+            return [self._search_one(queries[0], k)]
         qids = [str(i) for i in range(len(queries))]
         try:
             found = self._searcher.batch_search(queries, qids, k=k, threads=self.threads)
