@@ -5,8 +5,9 @@ built into it once (the build is timed: :data:`STATE`). The service runs detache
 watchdog (see ``agentenvs.sandbox.docker.podman``), so process-leak checks of other tests
 do not see it, and it stops when the test process ends, however it ends.
 
-Use the ``podman`` fixture (import it into the test module), or :func:`shared_service`
-from code that has no fixtures (the escape suite's backend list).
+Tests call :func:`require_podman` (from a fixture: it skips, with the reason, where podman
+cannot run); code without fixtures (the escape suite's backend list) uses
+:func:`podman_unavailable` and :func:`shared_service`.
 """
 
 from __future__ import annotations
@@ -79,9 +80,8 @@ def shared_service() -> PodmanService:
     return STATE.service
 
 
-@pytest.fixture(scope="session")
-def podman() -> PodmanService:
-    """The running shared service; tests using it are skipped, with the reason, without podman."""
+def require_podman() -> PodmanService:
+    """The running shared service, or skip the calling test with the reason."""
     reason = podman_unavailable()
     if reason:
         pytest.skip(reason)

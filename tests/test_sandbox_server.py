@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import time
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -250,11 +249,9 @@ async def test_killed_server_gives_a_clear_error_not_a_hang() -> None:
             in_flight = asyncio.ensure_future(sandbox.run("import time\ntime.sleep(30)"))
             await asyncio.sleep(1.0)
             proc.kill()
-            started = time.monotonic()
             result = await asyncio.wait_for(in_flight, 20)
             assert result.status == ExecStatus.SANDBOX_ERROR, result
             assert "gave up after 3 attempt(s)" in result.message and "connect" in result.message
-            assert time.monotonic() - started < 15
             later = await asyncio.wait_for(sandbox.run("print(1)"), 20)
             assert later.status == ExecStatus.SANDBOX_ERROR and str(proc.port) in later.message
 

@@ -274,6 +274,8 @@ class DockerSandbox(Sandbox):
 
     async def _spawn(self) -> ContainerWorker:
         assert self._settings is not None and self._uids is not None
+        if self._closed:
+            raise WorkerStartError("the sandbox is closed")
         uid = self._uids.acquire()
         worker = ContainerWorker(self._client, self._settings, uid)
         self._transient.add(worker)

@@ -47,6 +47,9 @@ SHM = "/dev/shm"
 PYTHON = "/usr/bin/python3"
 PYTHON_PATH = ["/usr/lib/python3/dist-packages"]
 
+FINISHED_PREFIX = "exit:"
+"""Process name of an execution that has finished (set by the supervisor's child)."""
+
 _serials = count(1)
 
 
@@ -316,7 +319,9 @@ class ContainerWorker:
 
         After answering a run, the supervisor forks the next execution's child ahead of
         time; that child carries the supervisor's idle process name until its request
-        arrives, which tells it from a leftover. Empty when the engine runs elsewhere.
+        arrives. A finished execution names itself ``exit:<code>`` and may still be
+        tearing down just after the answer (the supervisor reaps it off the critical
+        path). Those names tell them from leftovers. Empty when the engine runs elsewhere.
         """
         pid = self.host_pid
         if self._dead:
@@ -327,7 +332,7 @@ class ContainerWorker:
             return _processes_in_cgroup_of(self.container.id)
         if not pid or not Path(f"/proc/{pid}").exists():
             return set()
-        return {pid} | {child for child in _children(pid) if _comm(child) == IDLE_PROCESS_NAME}
+        return {pid} | {child for child in _children(pid) if _own_child(_comm(child))}
 
     # ------------------------------------------------------------------ requests
     async def request(self, message: dict, timeout: float) -> dict:
@@ -404,6 +409,13 @@ def _children(pid: int) -> list[int]:
     except OSError:
         return []
     return [int(p) for p in text.split()]
+
+
+def _own_child(name: str) -> bool:
+    """The supervisor's idle child, or an execution that finished and is exiting."""
+    return name == IDLE_PROCESS_NAME or (
+        name.startswith(FINISHED_PREFIX) and name[len(FINISHED_PREFIX) :].isdigit()
+    )
 
 
 def _comm(pid: int) -> str:

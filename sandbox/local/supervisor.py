@@ -687,6 +687,18 @@ def _text_fd(data: str | None, name: str = "stdin") -> int:
     return fd
 
 
+def _reported_exit(pid: int) -> int | None:
+    """The exit code a finished child put in its name (``exit:<code>``), if it did."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            name = f.read().strip()
+    except OSError:
+        return None
+    if name.startswith(b"exit:") and name[5:].isdigit():
+        return int(name[5:])
+    return None
+
+
 def _cpu_limits(limits: dict) -> tuple[int, int]:
     cpu = float(limits.get("cpu_seconds") or float(limits.get("timeout", 10)) + 1)
     soft = max(1, int(cpu + 0.999))
@@ -696,15 +708,15 @@ def _cpu_limits(limits: dict) -> tuple[int, int]:
 class Prepared:
     """A forked child waiting for its request (see ``Supervisor._prefork``)."""
 
-    def __init__(self, pid: int, ctrl: int, out_r: int, err_r: int, done_r: int) -> None:
-        self.pid, self.ctrl, self.out_r, self.err_r, self.done_r = pid, ctrl, out_r, err_r, done_r
+    def __init__(self, pid: int, ctrl: int, out_r: int, err_r: int) -> None:
+        self.pid, self.ctrl, self.out_r, self.err_r = pid, ctrl, out_r, err_r
 
     def discard(self) -> None:
         with contextlib.suppress(OSError):
             os.kill(self.pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             os.waitpid(self.pid, 0)
-        for fd in (self.ctrl, self.out_r, self.err_r, self.done_r):
+        for fd in (self.ctrl, self.out_r, self.err_r):
             with contextlib.suppress(OSError):
                 os.close(fd)
 
@@ -846,18 +858,17 @@ class Supervisor:
         return pid, Capture(out_r, err_r, int(limits.get("max_output_bytes", 65536)))
 
     def _wait(
-        self, pid: int, capture: Capture, deadline: float, done_fd: int = -1
+        self, pid: int, capture: Capture, deadline: float, *, early: bool = False
     ) -> tuple[bool, bool, int | None]:
         """Pump output until the child exits (or says it is done), floods or runs out of time.
 
-        Returns (exited, timed_out, reported exit code).
+        Returns (exited, timed_out, reported exit code). With ``early``, a child that closed
+        both outputs and named itself ``exit:<code>`` counts as done before its teardown.
         """
         pidfd = os.pidfd_open(pid)
         try:
             poller = select.poll()
             poller.register(pidfd, select.POLLIN)
-            if done_fd >= 0:
-                poller.register(done_fd, select.POLLIN)
             for fd in capture.open:
                 poller.register(fd, select.POLLIN)
             while True:
@@ -867,15 +878,13 @@ class Supervisor:
                 for fd, _ in poller.poll(max(1, int(remaining * 1000))):
                     if fd == pidfd:
                         return True, False, None
-                    if fd == done_fd:
-                        report = os.read(done_fd, 4)
-                        if len(report) == 4:
-                            return False, False, struct.unpack(">i", report)[0]
-                        poller.unregister(done_fd)  # closed without a word: wait for the exit
-                        continue
                     capture.read(fd)
                     if fd not in capture.open:
                         poller.unregister(fd)
+                        if early and not capture.open:
+                            reported = _reported_exit(pid)
+                            if reported is not None:
+                                return False, False, reported
                 if capture.over:
                     return False, False, None
         finally:
@@ -888,7 +897,6 @@ class Supervisor:
         for its request on a private pipe; the per-request rlimits come with the request.
         """
         ctrl_r, ctrl_w = os.pipe2(os.O_CLOEXEC)
-        done_r, done_w = os.pipe2(os.O_CLOEXEC)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         _set_name(IDLE_NAME)  # inherited from birth: the host tells this child from leftovers
@@ -903,8 +911,7 @@ class Supervisor:
                 os.dup2(err_w, 2)
                 restrict_static(self.landlock)
                 os.dup2(ctrl_r, 3, inheritable=False)
-                os.dup2(done_w, 4, inheritable=False)
-                os.closerange(5, 1 << 16)
+                os.closerange(4, 1 << 16)
                 os.chdir(self.workdir)
                 _reset_signals()
                 req = read_frame(3)
@@ -925,20 +932,21 @@ class Supervisor:
                 if os.getpid() != me:  # a fork of the code fell through: leave quietly
                     os._exit(rc)
                 _flush_std_streams()
-                # Done: close the output and say so, so the supervisor can answer without
-                # waiting for this process's teardown (~3 ms for a numpy+sympy address space).
-                # The code could forge this message too; it would only end itself early.
+                # Done: put the exit code in the process name and close the output, so the
+                # supervisor can answer without waiting for this process's teardown (~3 ms for
+                # a numpy+sympy address space). No descriptor is involved; the code could do
+                # the same, and would only end itself early.
+                _set_name(b"exit:%d" % (rc & 0xFF))
                 os.close(1)
                 os.close(2)
-                os.write(4, struct.pack(">i", rc))
             except BaseException:
                 _internal_failure()
             finally:
                 os._exit(rc)
         _set_name(SUPERVISOR_NAME)
-        for fd in (ctrl_r, done_w, out_w, err_w):
+        for fd in (ctrl_r, out_w, err_w):
             os.close(fd)
-        return Prepared(pid, ctrl_w, out_r, err_r, done_r)
+        return Prepared(pid, ctrl_w, out_r, err_r)
 
     def discard_prepared(self) -> None:
         if self.prepared is not None:
@@ -1019,8 +1027,9 @@ class Supervisor:
             prepared.pid,
             Capture(prepared.out_r, prepared.err_r, int(limits.get("max_output_bytes", 65536))),
         )
-        exited, timed_out, reported = self._wait(pid, capture, start + timeout, prepared.done_r)
-        os.close(prepared.done_r)
+        exited, timed_out, reported = self._wait(
+            pid, capture, start + timeout, early=self.session is None
+        )
         if reported is not None and self.session is None:
             # Fast path: the code finished and closed its output. Kill whatever is left (the
             # child included) now; reaping and wiping happen after the answer, before the
