@@ -325,7 +325,7 @@ def open_bm25(corpus: Path, work: Path, args: argparse.Namespace, stemmer: str) 
     config = RetrieverConfig(
         kind="bm25", index_dir=str(out), stemmer=stemmer, batch_size=args.batch, batch_wait_ms=0
     )
-    name = "bm25" if stemmer == "english" else f"bm25 ({stemmer} stemmer)"
+    name = "bm25" if stemmer == "porter" else f"bm25 ({stemmer} stemmer)"
     return Run(name, BM25Retriever(config), build_s)
 
 
@@ -461,7 +461,7 @@ def main() -> None:
     )
     parser.add_argument("--latency-queries", type=int, default=500, help="single-query calls timed")
     parser.add_argument(
-        "--bm25-stemmers", default="english,porter", help="bm25 runs, one per PyStemmer algorithm"
+        "--bm25-stemmers", default="porter,english", help="bm25 runs, one per PyStemmer algorithm"
     )
     parser.add_argument(
         "--dense-sample", type=int, default=1_000, help="passages embedded for real"

@@ -8,7 +8,8 @@ if needed (timed), then measures per-execution latency, side by side:
   callers;
 * a container per call with the same supervisor (``mode="per_call"``);
 * the common approach: ``docker run --rm image python3 -c CODE`` through the SDK
-  (``containers.run``, same network/read-only/limits settings, no warm anything).
+  (``containers.run``, same network/read-only/limits settings, no warm anything);
+* for reference, the ``local`` backend's warm pool on ``print(1)`` (same run, same load).
 
 Run: ``python benchmarks/bench_sandbox_docker.py [--runs 300] [--cold-runs 20]``.
 """
@@ -57,7 +58,9 @@ async def timed(call, n: int) -> list[float]:  # type: ignore[no-untyped-def]
     return out
 
 
-async def measure(host: str, runs: int, cold_runs: int, pool: int) -> dict[str, dict]:
+async def measure(
+    host: str, runs: int, cold_runs: int, pool: int, with_local: bool = True
+) -> dict[str, dict]:
     config = SandboxConfig(backend="docker", docker_host=host, pool_size=pool, timeout=30)
     rows: dict[str, dict] = {}
     start = time.perf_counter()
@@ -78,6 +81,18 @@ async def measure(host: str, runs: int, cold_runs: int, pool: int) -> dict[str, 
         elapsed = time.perf_counter() - begin
         assert all(r.ok for r in results)
         rows[f"warm: throughput, {runs} x print(1), {pool} at once"] = {"per_s": runs / elapsed}
+
+    if with_local:  # reference: the local backend's warm pool, same run, same load
+        from agentenvs.sandbox import SandboxUnavailable, create
+
+        try:
+            async with create(backend="local", pool_size=pool, timeout=30) as local:
+                await timed(lambda: local.run(PRINT), 10)
+                rows["reference: local backend, warm: print(1)"] = summary(
+                    await timed(lambda: local.run(PRINT), runs)
+                )
+        except SandboxUnavailable as exc:
+            print(f"(local backend unavailable: {exc})")
 
     async with DockerSandbox(config.model_copy(update={"pool_size": 1}), mode="per_call") as cold:
         rows["container per call (same supervisor): print(1)"] = summary(
@@ -121,6 +136,9 @@ def main() -> None:
     parser.add_argument("--cold-runs", type=int, default=20)
     parser.add_argument("--pool", type=int, default=2)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--no-local", action="store_true", help="skip the local backend's reference row"
+    )
     args = parser.parse_args()
     service = PodmanService.start_new()
     try:
@@ -129,7 +147,9 @@ def main() -> None:
         client = docker.DockerClient(base_url=service.docker_host)
         image = ensure_image(client)
         client.close()
-        rows = asyncio.run(measure(service.docker_host, args.runs, args.cold_runs, args.pool))
+        rows = asyncio.run(
+            measure(service.docker_host, args.runs, args.cold_runs, args.pool, not args.no_local)
+        )
     finally:
         service.stop()
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"

@@ -10,6 +10,7 @@ Hugging Face tokenizer instead.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
@@ -40,7 +41,7 @@ CHATML_TEMPLATE = (
     "{%- if add_generation_prompt %}{{ '<|im_start|>assistant' + nl }}{% endif -%}"
 )
 
-_WORDS = (
+_WORDS = (  # noqa: SIM905 (a word list reads best as one string)
     "the a an of to in is it that for on with as by at from this be are was or not which "
     "question answer search information think code interpreter python result output error "
     "number guess higher lower wrong correct apple bowl mug fridge microwave sink lamp desk "
@@ -68,7 +69,7 @@ def _training_text(seed: int = 0, lines: int = 6000) -> list[str]:
         if rng.random() < 0.5:
             words.insert(rng.randrange(len(words) + 1), rng.choice(_TAGS))
         if rng.random() < 0.4:
-            words.append(str(rng.randint(0, 10**rng.randint(1, 6))))
+            words.append(str(rng.randint(0, 10 ** rng.randint(1, 6))))
         line = " ".join(words)
         if rng.random() < 0.2:
             line = line.capitalize() + rng.choice([".", "?", "!", ":", ","])
@@ -122,10 +123,8 @@ def train_chatml_tokenizer(
     if cache:
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         fast.save_pretrained(str(tmp))
-        try:
+        with contextlib.suppress(OSError):  # another process won the race; theirs is identical
             tmp.rename(path)
-        except OSError:  # another process won the race; theirs is identical
-            pass
         return PreTrainedTokenizerFast.from_pretrained(str(path))
     return fast
 

@@ -56,7 +56,7 @@ def test_index_is_built_once_and_loaded_memory_mapped(tmp_path):
     (hit,) = retriever.search_sync(["run"], 3)[0]  # stemming: run ~ running/runners
     assert hit.id == "a" and hit.contents.startswith('"Running"')
     assert retriever.search_sync(["the and of"], 3) == [[]]  # stop words only: no hits
-    assert json.loads((out / "agentenvs_analyzer.json").read_text())["stemmer"] == "english"
+    assert json.loads((out / "agentenvs_analyzer.json").read_text())["stemmer"] == "porter"
 
 
 def test_analyzer_without_stemming():

@@ -70,7 +70,9 @@ def index(
     backend: Backend = "bm25",
     corpus: CorpusOpt = None,
     model: ModelOpt = None,
-    stemmer: Annotated[str | None, typer.Option(help="bm25: PyStemmer language.")] = "english",
+    stemmer: Annotated[
+        str | None, typer.Option(help="bm25: PyStemmer algorithm (porter matches Lucene).")
+    ] = "porter",
 ) -> None:
     """Build a backend's index from a corpus JSONL, with a progress bar."""
     cfg = _config(backend, corpus, None, model=model, stemmer=stemmer)

@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 ANALYZER_FILE = "agentenvs_analyzer.json"
 CORPUS_FILE = "corpus.jsonl"
-ANALYZER_VERSION = 1
+ANALYZER_VERSION = 2  # 2: Porter stemming by default, to match Lucene
 _WORD = re.compile(r"(?u)\b\w\w+\b")
 
 Progress = Callable[[int], None]
@@ -54,7 +54,7 @@ def _stemmer_for(language: str | None) -> Any | None:
 class Analyzer:
     """Text to index terms; its settings are saved next to the index."""
 
-    stemmer: str | None = "english"
+    stemmer: str | None = "porter"
     stopwords: str = "en"
     version: int = ANALYZER_VERSION
     _stem: Any = field(default=None, init=False, repr=False, compare=False)
@@ -111,7 +111,7 @@ def build_bm25_index(
     *,
     k1: float = 0.9,
     b: float = 0.4,
-    stemmer: str | None = "english",
+    stemmer: str | None = "porter",
     progress: Progress | None = None,
 ) -> Path:
     """Index a corpus JSONL into ``out_dir`` (created; must not hold another index)."""
