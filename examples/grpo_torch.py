@@ -61,29 +61,12 @@ that runs past 12 tokens without ending."""
 
 
 def build_tiny_model(tokenizer: Any, seed: int = 0) -> Any:
-    """A randomly initialised 2-layer Llama over the tokenizer's vocabulary."""
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    """A randomly initialised 2-layer Llama over the tokenizer's vocabulary, with sharp
+    next-token distributions: sampled turns then differ in length and sometimes end
+    with EOS, which gives GRPO something to compare inside a group before training."""
+    from agentenvs.rollout.policies.tiny_model import build_tiny_model as build
 
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=48,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config)
-    with torch.no_grad():
-        # Sharper next-token distributions than the default init: sampled turns then
-        # differ in length and sometimes end with EOS, which gives GRPO something to
-        # compare inside a group even before any training.
-        model.lm_head.weight.mul_(40.0)
-    return model
+    return build(tokenizer, hidden_size=48, seed=seed)
 
 
 def forward_logits(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:

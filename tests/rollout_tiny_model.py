@@ -1,39 +1,15 @@
 """A tiny randomly initialised Llama-style causal LM over the test tokenizer's vocabulary.
 
 Nothing can be downloaded here, so the HF and server policy tests build one on the
-spot (2 layers, hidden size 32) and save it like any Hugging Face checkpoint.
+spot (2 layers, hidden size 32) with the library's own builder, and check sampled
+logprobs against a teacher-forced forward pass.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from agentenvs.rollout.policies.tiny_model import save_tiny_model
 
-
-def save_tiny_model(directory: Path, tokenizer, seed: int = 0) -> Path:
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config)
-    # Larger output weights give a peaked next-token distribution, so sampling
-    # exercises both likely and unlikely tokens.
-    with torch.no_grad():
-        model.lm_head.weight.mul_(40.0)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
+__all__ = ["save_tiny_model", "teacher_forced_logprobs"]
 
 
 def teacher_forced_logprobs(model, sequence: list[int]) -> list[float]:

@@ -13,13 +13,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from podman_service import podman  # noqa: F401  (fixture)
+from podman_service import require_podman
 
 from agentenvs.sandbox.docker.podman import PodmanService
 
 
+@pytest.fixture
+def podman() -> PodmanService:
+    return require_podman()
+
+
 @pytest.mark.slow
-def test_rollout_cli_with_the_docker_backend(podman: PodmanService, tmp_path: Path):  # noqa: F811
+def test_rollout_cli_with_the_docker_backend(podman: PodmanService, tmp_path: Path):
     out = tmp_path / "retool.jsonl"
     command = [
         str(Path(sys.executable).parent / "agentenvs"),
