@@ -111,6 +111,12 @@ def context(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Context]:
     canary.unlink(missing_ok=True)
 
 
+@pytest.fixture(autouse=True)
+def processes_before(context: Context) -> None:
+    context.processes_before.clear()
+    context.processes_before.update(_descendants(os.getpid()))
+
+
 @pytest_asyncio.fixture(
     scope="module", loop_scope="module", params=sandbox_backends, ids=lambda spec: spec.name
 )
@@ -197,7 +203,12 @@ async def assert_host_and_pool_unharmed(spec: BackendSpec, sandbox: Sandbox, ctx
     assert strays == set(), f"host processes left behind: {_describe(strays)}"
     if hasattr(sandbox, "host_pids"):
         strays = await _eventually_empty(
-            lambda: _descendants(os.getpid()) - sandbox.host_pids() - _helper_processes()
+            lambda: (
+                _descendants(os.getpid())
+                - sandbox.host_pids()
+                - _helper_processes()
+                - ctx.processes_before
+            )
         )
         assert strays == set(), f"host processes left behind: {_describe(strays)}"
     # ...nor inside the sandbox, and the pool still works.

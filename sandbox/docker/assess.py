@@ -10,30 +10,19 @@ The layer names are the shared ones (:data:`agentenvs.sandbox.capabilities.LAYER
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 
 from agentenvs.sandbox.base import Capabilities
+from agentenvs.sandbox.local.assess import (
+    _same_namespace,
+    _status_field,
+    cleared_env_layer,
+    rlimits_layer,
+    tmpfs_workdir_layer,
+)
 
 NAMESPACES = ("user", "pid", "mnt", "ipc", "uts", "net")
 ENGINE_ADDED_ENV = {"PWD", "LC_CTYPE"}
-
-
-def _status_field(pid: int, name: str) -> str:
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return ""
-    match = re.search(rf"^{name}:\s*(.*)$", text, re.M)
-    return match.group(1).strip() if match else ""
-
-
-def _same_namespace(pid: int, kind: str) -> bool | None:
-    try:
-        return os.stat(f"/proc/{pid}/ns/{kind}").st_ino == os.stat(f"/proc/self/ns/{kind}").st_ino
-    except OSError:
-        return None
 
 
 def _engine_userns(info: dict) -> bool:
@@ -132,21 +121,7 @@ def assess(
     active["cgroup_pids"] = pids > 0
     notes["cgroup_pids"] = f"container pids limit {pids}" if pids > 0 else "no container pids limit"
 
-    rlimits = report.get("rlimits", {})
-    finite = {
-        name
-        for name, value in rlimits.items()
-        if value and value[0] != -1 and value[0] < 2**62 and (name != "CORE" or value[0] == 0)
-    }
-    wanted = {"CPU", "AS", "FSIZE", "NPROC", "NOFILE", "CORE"}
-    if not limits.get("memory_bytes"):
-        wanted.discard("AS")
-    active["rlimits"] = wanted <= finite
-    notes["rlimits"] = (
-        ", ".join(f"{k}={v[0]}" for k, v in sorted(rlimits.items()))
-        if active["rlimits"]
-        else f"not set: {', '.join(sorted(wanted - finite))}"
-    )
+    active["rlimits"], notes["rlimits"] = rlimits_layer(report, limits)
 
     no_new_privs = "no-new-privileges" in " ".join(host_config.get("SecurityOpt") or [])
     active["no_new_privs"] = bool(report.get("no_new_privs")) and no_new_privs
@@ -168,23 +143,12 @@ def assess(
     )
 
     mount = report.get("workdir_mount") or {}
-    active["tmpfs_workdir"] = (
-        mount.get("fstype") == "tmpfs"
-        and "size=" in mount.get("options", "")
-        and bool(report.get("workdir_writable"))
-    )
-    notes["tmpfs_workdir"] = (
-        f"tmpfs {mount.get('options', '')}"
-        if active["tmpfs_workdir"]
-        else f"work dir mount: {mount}"
+    active["tmpfs_workdir"], notes["tmpfs_workdir"] = tmpfs_workdir_layer(
+        report, otherwise=f"work dir mount: {mount}"
     )
 
-    extra = sorted(set(report.get("env_keys", [])) - allowed_env - ENGINE_ADDED_ENV)
-    active["cleared_env"] = bool(report) and not extra
-    notes["cleared_env"] = (
-        f"only: {', '.join(report.get('env_keys', []))}"
-        if active["cleared_env"]
-        else f"extra: {extra}"
+    active["cleared_env"], notes["cleared_env"] = cleared_env_layer(
+        report, allowed_env | ENGINE_ADDED_ENV
     )
     # Engines differ in how they record cap_drop=ALL (podman lists every capability), so
     # on a local engine look at the supervisor itself: no effective, no bounding set.

@@ -34,7 +34,11 @@ from agentenvs.sandbox.local.protocol import (
     read_frame,
     supervisor_source,
 )
-from agentenvs.sandbox.local.worker import IDLE_PROCESS_NAME, WorkerDead, WorkerStartError
+from agentenvs.sandbox.local.worker import (
+    IDLE_PROCESS_NAME,
+    FramedRequests,
+    WorkerStartError,
+)
 
 MB = 1024 * 1024
 LABEL = "io.agentenvs.sandbox"
@@ -187,8 +191,12 @@ class OomCounter:
         return None
 
 
-class ContainerWorker:
+class ContainerWorker(FramedRequests):
     """A started container with the supervisor in it; one request at a time."""
+
+    noun = "container"
+    timeout_fate = "removed"
+    _send_errors = (AttachClosed,)
 
     def __init__(self, client: Any, settings: ContainerSettings, uid: int) -> None:
         self.client = client
@@ -335,44 +343,16 @@ class ContainerWorker:
         return {pid} | {child for child in _children(pid) if _own_child(_comm(child))}
 
     # ------------------------------------------------------------------ requests
-    async def request(self, message: dict, timeout: float) -> dict:
-        async with self._lock:
-            if not self.alive:
-                raise WorkerDead("the sandbox container is not running", delivered=False)
-            assert self.stream is not None
-            request_id = next(self._ids)
-            self.requests += 1
-            try:
-                await self.stream.write(encode_frame({**message, "id": request_id}))
-            except AttachClosed as exc:
-                await self.kill()
-                raise WorkerDead(f"the sandbox container was gone: {exc}", delivered=False) from exc
-            try:
-                response = await asyncio.wait_for(read_frame(self.stream.stdout), timeout)
-            except TimeoutError as exc:
-                await self.kill()
-                raise WorkerDead(
-                    f"the sandbox container did not answer within {timeout:g} s and was removed",
-                    delivered=True,
-                ) from exc
-            except (asyncio.IncompleteReadError, ProtocolError, OSError) as exc:
-                await asyncio.sleep(0.02)
-                self.kill_now()
-                tail = self.stderr_tail()
-                raise WorkerDead(
-                    "the sandbox container died during the execution"
-                    + (f": {tail}" if tail else ""),
-                    delivered=True,
-                ) from exc
-            except asyncio.CancelledError:
-                self.kill_now()  # the answer would arrive out of turn: this worker is done
-                raise
-            if response.get("id") != request_id:
-                await self.kill()
-                raise WorkerDead("the sandbox container answered out of turn", delivered=True)
-            if response.get("recycle"):
-                self.recycle = True
-            return response
+    def _reader(self) -> asyncio.StreamReader:
+        assert self.stream is not None
+        return self.stream.stdout
+
+    async def _send(self, frame: bytes) -> None:
+        assert self.stream is not None
+        await self.stream.write(frame)
+
+    async def _died(self) -> None:
+        self.kill_now()
 
 
 async def _finish_in_thread(fn: Any) -> Any:

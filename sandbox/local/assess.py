@@ -45,6 +45,42 @@ def _in_cgroup(pid: int, path: Path | None) -> bool:
     return any(line.endswith("/" + path.name) for line in text.splitlines())
 
 
+def rlimits_layer(report: dict, limits: dict) -> tuple[bool, str]:
+    """Are the per-execution rlimits the supervisor reported all set (and a note)?"""
+    rlimits = report.get("rlimits", {})
+    finite = {
+        name
+        for name, value in rlimits.items()
+        if value and value[0] != -1 and value[0] < 2**62 and (name != "CORE" or value[0] == 0)
+    }
+    wanted = {"CPU", "AS", "FSIZE", "NPROC", "NOFILE", "CORE"}
+    if not limits.get("memory_bytes"):
+        wanted.discard("AS")
+    if wanted <= finite:
+        return True, ", ".join(f"{k}={v[0]}" for k, v in sorted(rlimits.items()))
+    return False, f"not set: {', '.join(sorted(wanted - finite))}"
+
+
+def tmpfs_workdir_layer(report: dict, *, otherwise: str) -> tuple[bool, str]:
+    """Is the work dir a writable, size-limited tmpfs (note ``otherwise`` if not)?"""
+    mount = report.get("workdir_mount") or {}
+    active = (
+        mount.get("fstype") == "tmpfs"
+        and "size=" in mount.get("options", "")
+        and bool(report.get("workdir_writable"))
+    )
+    return active, (f"tmpfs {mount.get('options', '')}" if active else otherwise)
+
+
+def cleared_env_layer(report: dict, allowed: set[str]) -> tuple[bool, str]:
+    """Does sandboxed code see no environment variable beyond ``allowed``?"""
+    extra = sorted(set(report.get("env_keys", [])) - allowed)
+    active = bool(report) and not extra
+    return active, (
+        f"only: {', '.join(report.get('env_keys', []))}" if active else f"extra: {extra}"
+    )
+
+
 def assess(
     worker: Worker,
     probe: dict,
@@ -119,21 +155,7 @@ def assess(
                 errors.get(controller) or cgroup_notes.get(controller) or "cgroups disabled"
             )
 
-    rlimits = report.get("rlimits", {})
-    finite = {
-        name: value
-        for name, value in rlimits.items()
-        if value and value[0] != -1 and value[0] < 2**62 and (name != "CORE" or value[0] == 0)
-    }
-    wanted = {"CPU", "AS", "FSIZE", "NPROC", "NOFILE", "CORE"}
-    if not limits.get("memory_bytes"):
-        wanted.discard("AS")
-    active["rlimits"] = wanted <= set(finite)
-    notes["rlimits"] = (
-        ", ".join(f"{k}={v[0]}" for k, v in sorted(rlimits.items()))
-        if active["rlimits"]
-        else f"not set: {', '.join(sorted(wanted - set(finite)))}"
-    )
+    active["rlimits"], notes["rlimits"] = rlimits_layer(report, limits)
 
     active["no_new_privs"] = (
         bool(report.get("no_new_privs")) and _status_field(pid, "NoNewPrivs") == "1"
@@ -150,24 +172,10 @@ def assess(
         else f"writable: {', '.join(writable) or 'unknown'}"
     )
 
-    mount = report.get("workdir_mount") or {}
-    active["tmpfs_workdir"] = (
-        mount.get("fstype") == "tmpfs"
-        and "size=" in mount.get("options", "")
-        and bool(report.get("workdir_writable"))
-    )
-    notes["tmpfs_workdir"] = (
-        f"tmpfs {mount.get('options', '')}"
-        if active["tmpfs_workdir"]
-        else "the work dir is a host directory (no private tmpfs without bubblewrap)"
+    active["tmpfs_workdir"], notes["tmpfs_workdir"] = tmpfs_workdir_layer(
+        report, otherwise="the work dir is a host directory (no private tmpfs without bubblewrap)"
     )
 
     allowed = set(sandbox_environment("/")) | {"PWD", "LC_CTYPE"}
-    extra = sorted(set(report.get("env_keys", [])) - allowed)
-    active["cleared_env"] = bool(report) and not extra
-    notes["cleared_env"] = (
-        f"only: {', '.join(report.get('env_keys', []))}"
-        if active["cleared_env"]
-        else f"extra: {extra}"
-    )
+    active["cleared_env"], notes["cleared_env"] = cleared_env_layer(report, allowed)
     return caps

@@ -15,6 +15,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Iterator
 from itertools import count
 from pathlib import Path
 
@@ -26,6 +27,9 @@ from agentenvs.sandbox.local.protocol import (
     read_frame,
     supervisor_source,
 )
+from agentenvs.sandbox.supervised import WorkerDead, WorkerStartError
+
+__all__ = ["FramedRequests", "Worker", "WorkerDead", "WorkerStartError"]
 
 STDERR_TAIL_BYTES = 8192
 IDLE_PROCESS_NAME = "sandbox-idle"
@@ -36,17 +40,89 @@ SUPERVISOR_OOM_SCORE_ADJ = -999
 _serials = count(1)
 
 
-class WorkerDead(RuntimeError):
-    def __init__(self, message: str, *, delivered: bool) -> None:
-        super().__init__(message)
-        self.delivered = delivered
+class FramedRequests:
+    """One request at a time to a supervisor, answered in turn (shared by both backends).
+
+    A subclass says how a frame is sent (``_send``, failing with one of ``_send_errors``),
+    where answers are read (``_reader``) and what to do when the supervisor died
+    mid-request (``_died``); it has ``alive``, ``kill()``, ``kill_now()`` and
+    ``stderr_tail()``. Every failure ends as :class:`WorkerDead`.
+    """
+
+    noun = "worker"
+    """How messages name the worker ("worker", "container")."""
+    timeout_fate = "killed"
+    """What happened to a worker past its deadline ("killed", "removed")."""
+    _send_errors: tuple[type[BaseException], ...] = (OSError, RuntimeError)
+
+    recycle: bool
+    requests: int
+    _lock: asyncio.Lock
+    _ids: Iterator[int]
+
+    @property
+    def alive(self) -> bool:
+        raise NotImplementedError
+
+    def _reader(self) -> asyncio.StreamReader:
+        raise NotImplementedError
+
+    async def _send(self, frame: bytes) -> None:
+        raise NotImplementedError
+
+    async def _died(self) -> None:
+        raise NotImplementedError
+
+    async def kill(self) -> None:
+        raise NotImplementedError
+
+    def kill_now(self) -> None:
+        raise NotImplementedError
+
+    def stderr_tail(self) -> str:
+        raise NotImplementedError
+
+    async def request(self, message: dict, timeout: float) -> dict:
+        noun = self.noun
+        async with self._lock:
+            if not self.alive:
+                raise WorkerDead(f"the sandbox {noun} is not running", delivered=False)
+            request_id = next(self._ids)
+            self.requests += 1
+            try:
+                await self._send(encode_frame({**message, "id": request_id}))
+            except self._send_errors as exc:
+                await self.kill()
+                raise WorkerDead(f"the sandbox {noun} was gone: {exc}", delivered=False) from exc
+            try:
+                response = await asyncio.wait_for(read_frame(self._reader()), timeout)
+            except TimeoutError as exc:
+                await self.kill()
+                raise WorkerDead(
+                    f"the sandbox {noun} did not answer within {timeout:g} s "
+                    f"and was {self.timeout_fate}",
+                    delivered=True,
+                ) from exc
+            except (asyncio.IncompleteReadError, ProtocolError, OSError) as exc:
+                await asyncio.sleep(0.02)
+                await self._died()
+                tail = self.stderr_tail()
+                raise WorkerDead(
+                    f"the sandbox {noun} died during the execution" + (f": {tail}" if tail else ""),
+                    delivered=True,
+                ) from exc
+            except asyncio.CancelledError:
+                self.kill_now()  # the answer would arrive out of turn: this worker is done
+                raise
+            if response.get("id") != request_id:
+                await self.kill()
+                raise WorkerDead(f"the sandbox {noun} answered out of turn", delivered=True)
+            if response.get("recycle"):
+                self.recycle = True
+            return response
 
 
-class WorkerStartError(RuntimeError):
-    """The worker could not be started (the message carries bubblewrap's/Python's stderr)."""
-
-
-class Worker:
+class Worker(FramedRequests):
     def __init__(
         self,
         plan: LaunchPlan,
@@ -241,48 +317,17 @@ class Worker:
             self.uid = None
 
     # ------------------------------------------------------------------ requests
-    async def request(self, message: dict, timeout: float) -> dict:
-        async with self._lock:
-            if not self.alive:
-                raise WorkerDead("the sandbox worker is not running", delivered=False)
-            assert (
-                self.proc is not None
-                and self.proc.stdin is not None
-                and self.proc.stdout is not None
-            )
-            request_id = next(self._ids)
-            self.requests += 1
-            try:
-                self.proc.stdin.write(encode_frame({**message, "id": request_id}))
-                await self.proc.stdin.drain()
-            except (OSError, RuntimeError) as exc:
-                await self.kill()
-                raise WorkerDead(f"the sandbox worker was gone: {exc}", delivered=False) from exc
-            try:
-                response = await asyncio.wait_for(read_frame(self.proc.stdout), timeout)
-            except TimeoutError as exc:
-                await self.kill()
-                raise WorkerDead(
-                    f"the sandbox worker did not answer within {timeout:g} s and was killed",
-                    delivered=True,
-                ) from exc
-            except (asyncio.IncompleteReadError, ProtocolError, OSError) as exc:
-                await asyncio.sleep(0.02)
-                await self.kill()
-                tail = self.stderr_tail()
-                raise WorkerDead(
-                    "the sandbox worker died during the execution" + (f": {tail}" if tail else ""),
-                    delivered=True,
-                ) from exc
-            except asyncio.CancelledError:
-                self.kill_now()  # the answer would arrive out of turn: this worker is done
-                raise
-            if response.get("id") != request_id:
-                await self.kill()
-                raise WorkerDead("the sandbox worker answered out of turn", delivered=True)
-            if response.get("recycle"):
-                self.recycle = True
-            return response
+    def _reader(self) -> asyncio.StreamReader:
+        assert self.proc is not None and self.proc.stdout is not None
+        return self.proc.stdout
+
+    async def _send(self, frame: bytes) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(frame)
+        await self.proc.stdin.drain()
+
+    async def _died(self) -> None:
+        await self.kill()
 
 
 def _kill_uid(uid: int) -> None:

@@ -32,6 +32,9 @@ class Context:
     max_output_bytes: int
     connections_accepted: Callable[[], int] = lambda: 0
     """How many connections the host listener on ``port`` has accepted so far."""
+    processes_before: set[int] = field(default_factory=set)
+    """Host processes alive before the current program ran (other suites' long-lived
+    workers, say): they cannot be its leftovers."""
 
     def fill(self, code: str) -> str:
         return (
