@@ -7,6 +7,7 @@ never with an exception.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,7 +44,12 @@ class Limits(BaseModel):
         description="When the sampler stopped on its token cap: end the episode (max_tokens), "
         "or pass the cut-off text to the task.",
     )
-    truncation_reward: float = 0.0
+    truncation_reward: float = Field(
+        0.0, description="Reward when an action is cut off by the per-turn token cap."
+    )
+    overflow_reward: float = Field(
+        0.0, description="Reward when the context budget ends the episode."
+    )
 
 
 class RenderedEnv(Env):
@@ -83,19 +89,19 @@ class RenderedEnv(Env):
         cap = self.limits.max_tokens_per_turn
         overran = cap is not None and len(action) > cap
         if overran or (sampler_stop == "length" and self.limits.on_truncated_action == "end"):
-            return await self._finish(
+            return await self._end_by_limit(
                 TextStep(reward=self.limits.truncation_reward), StopReason.MAX_TOKENS
             )
         budget = self.limits.max_trajectory_tokens
         if budget is not None and len(self.context) > budget:
             # An action that fits the budget exactly is still judged: it may be the answer.
-            return await self._finish(TextStep(), StopReason.CONTEXT_OVERFLOW)
+            return await self._end_by_limit(TextStep(), StopReason.CONTEXT_OVERFLOW)
 
         result = await self.task.step(content, stop_reason=sampler_stop)
         if result.done:
             return await self._finish(result, result.stop_reason or StopReason.COMPLETED)
         if self.turns >= self.limits.max_turns:
-            return await self._finish(result, StopReason.MAX_TURNS)
+            return await self._end_by_limit(result, StopReason.MAX_TURNS)
         if result.next_stop is not None:
             self._stops = list(result.next_stop)
 
@@ -108,11 +114,11 @@ class RenderedEnv(Env):
                 self.prefix_breaks += 1
                 metrics["renderer/prefix_breaks"] = 1
                 if self._over_budget_total(len(appended.tokens)):
-                    return await self._finish(result, StopReason.CONTEXT_OVERFLOW, metrics)
+                    return await self._end_by_limit(result, StopReason.CONTEXT_OVERFLOW, metrics)
                 self.context = list(appended.tokens)
             else:
                 if self._over_budget(len(appended.tokens)):
-                    return await self._finish(result, StopReason.CONTEXT_OVERFLOW, metrics)
+                    return await self._end_by_limit(result, StopReason.CONTEXT_OVERFLOW, metrics)
                 self.context.extend(appended.tokens)
         return StepResult(
             reward=result.reward,
@@ -130,6 +136,23 @@ class RenderedEnv(Env):
         budget = self.limits.max_trajectory_tokens
         # Leave room for at least one sampled token after the observation.
         return budget is not None and total + 1 > budget
+
+    async def _end_by_limit(
+        self, result: TextStep, reason: StopReason, metrics: Metrics | None = None
+    ) -> StepResult:
+        """A shared limit, not the task, ends the episode; the task may score the ending."""
+        reward = result.reward
+        if reason == StopReason.CONTEXT_OVERFLOW:
+            reward += self.limits.overflow_reward
+        ending = self.task.on_limit(str(reason))
+        if ending is not None:
+            reward += ending.reward
+            result = dataclasses.replace(
+                result,
+                metrics={**ending.metrics, **result.metrics},
+                logs={**ending.logs, **result.logs},
+            )
+        return await self._finish(dataclasses.replace(result, reward=reward), reason, metrics)
 
     async def _finish(
         self, result: TextStep, reason: str, metrics: Metrics | None = None

@@ -71,5 +71,15 @@ class TextEnv(ABC):
         """
         return None
 
+    def on_limit(self, reason: str) -> TextStep | None:
+        """The shared limits ended the episode before the task did.
+
+        ``reason`` is ``max_tokens``, ``context_overflow`` or ``max_turns``. The reward
+        and metrics of the returned step are added to the final step, so a task can
+        score a cut-off episode like a wrong answer and still report its own metrics.
+        None adds nothing.
+        """
+        return None
+
     async def close(self) -> None:
         """Release per-episode resources (a sandbox session, a game worker)."""

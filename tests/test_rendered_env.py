@@ -18,7 +18,8 @@ from interface_helpers import (
 
 import agentenvs.envs as envs
 from agentenvs.envs.rendered import Limits, RenderedEnv
-from agentenvs.envs.renderers import ChatRenderer, ContinuationRenderer
+from agentenvs.envs.renderers import ChatRenderer, ContinuationRenderer, make_renderer
+from agentenvs.envs.text import TextEnv, TextStep
 
 
 def _env(tokenizer, task=None, renderer=ChatRenderer, **limits) -> RenderedEnv:
@@ -230,3 +231,51 @@ def test_random_token_actions_never_raise(
         assert env.closed
     else:
         assert stop_keys(last.metrics) == [] and len(results) == len(actions) < max_turns
+
+
+class _ScoresItsLimits(TextEnv):
+    """Keeps asking for more; scores any limit ending like a wrong answer."""
+
+    def __init__(self) -> None:
+        self.limit_reasons: list[str] = []
+
+    def initial_messages(self):
+        return [{"role": "user", "content": "Say anything."}]
+
+    async def step(self, action_text, *, stop_reason):
+        return TextStep("x " * 40, metrics={"steps": 1})
+
+    def on_limit(self, reason):
+        self.limit_reasons.append(reason)
+        return TextStep(reward=-1.0, metrics={"ended_by_limit": 1, "steps": 99})
+
+
+@pytest.mark.parametrize(
+    ("limits", "reason", "expected_reward"),
+    [
+        (Limits(max_turns=2), "max_turns", -1.0),
+        (
+            Limits(max_turns=9, max_trajectory_tokens=60, overflow_reward=-0.5),
+            "context_overflow",
+            -1.5,
+        ),
+        (Limits(max_tokens_per_turn=2, truncation_reward=-0.25), "max_tokens", -1.25),
+    ],
+)
+async def test_limit_endings_are_scored_by_the_task(tokenizer, limits, reason, expected_reward):
+    task = _ScoresItsLimits()
+    env = RenderedEnv(task, make_renderer("chat", tokenizer), limits)
+    await env.initial_observation()
+    action = tokenizer.encode("ok then<|im_end|>", add_special_tokens=False)
+    for _ in range(10):
+        result = await env.step(action, extra={"stop_reason": "eos"})
+        if result.episode_done:
+            break
+    assert result.episode_done
+    assert task.limit_reasons == [reason]
+    assert result.metrics[f"stop/{reason}"] == 1
+    assert result.reward == pytest.approx(expected_reward)
+    assert result.metrics["ended_by_limit"] == 1
+    # The step's own metrics win over the ending's (the last step's report is kept).
+    if reason == "max_turns":
+        assert result.metrics["steps"] == 1

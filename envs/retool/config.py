@@ -113,10 +113,12 @@ class ReToolConfig(EnvConfig):
             raise ValueError(
                 f"protocol {self.protocol!r} needs the {wanted!r} renderer, not {self.renderer!r}"
             )
-        if "truncation_reward" not in self.limits.model_fields_set:
-            # An action cut off by the token cap earns what a wrong answer earns.
+        unset = {"truncation_reward", "overflow_reward"} - self.limits.model_fields_set
+        if unset:
+            # An action cut off by the token cap, or an episode ended by the context
+            # budget, earns what a wrong answer earns: running out never beats answering.
             limits = self.limits.model_dump(exclude_unset=True)
-            limits["truncation_reward"] = self.incorrect_reward
+            limits.update(dict.fromkeys(unset, self.incorrect_reward))
             object.__setattr__(self, "limits", Limits(**limits))
         return self
 
@@ -155,13 +157,10 @@ class ReToolConfig(EnvConfig):
         return self._text_env(task_index, split, None)
 
     def make_env(self, task_index: int, tokenizer: Tokenizer, split: str = "train") -> RenderedEnv:
-        # As EnvConfig.make_env, but the task gets the tokenizer (token-budget truncation)
-        # and limit endings are scored like wrong answers (see ReToolRenderedEnv).
-        from agentenvs.envs.retool.env import ReToolRenderedEnv
-
+        # As EnvConfig.make_env, but the task gets the tokenizer (token-budget truncation).
         renderer = make_renderer(self.renderer_kind, tokenizer)
         task = self._text_env(task_index, split, tokenizer)
-        return ReToolRenderedEnv(task, renderer, self.limits)
+        return RenderedEnv(task, renderer, self.limits)
 
     def _text_env(self, task_index: int, split: str, tokenizer: Tokenizer | None) -> TextEnv:
         from agentenvs.envs.retool.env import ReToolEnv

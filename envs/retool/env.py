@@ -22,11 +22,9 @@ retries the group instead of training on a reward the model did not earn.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
-from agentenvs.envs.rendered import RenderedEnv
 from agentenvs.envs.retool import prompts
 from agentenvs.envs.retool.data import Problem
 from agentenvs.envs.retool.output import TokenCounter, render_result, truncate
@@ -40,7 +38,7 @@ from agentenvs.envs.retool.protocol import (
 from agentenvs.envs.retool.reward import grade, last_boxed, shaped_reward
 from agentenvs.envs.retool.sandboxes import shared_sandbox
 from agentenvs.envs.text import Message, TextEnv, TextStep
-from agentenvs.envs.types import Metrics, SamplerStopReason, StepResult, StopReason
+from agentenvs.envs.types import Metrics, SamplerStopReason, StopReason
 from agentenvs.sandbox.base import ExecResult, ExecStatus, Session
 
 if TYPE_CHECKING:
@@ -233,6 +231,15 @@ class ReToolEnv(TextEnv):
             logs={"predicted": graded.predicted or "", "answer": self.problem.answer},
         )
 
+    def on_limit(self, reason: str) -> TextStep | None:
+        """A shared limit ended the episode: it ends like an unanswered one, and the
+        final step still carries this episode's metrics (tool calls, sandbox time).
+        The wrong-answer reward comes from the limits (see ReToolConfig)."""
+        if self.stop_reason is not None:
+            return None
+        self.stop_reason = reason
+        return TextStep(metrics=self.episode_metrics())
+
     def episode_metrics(self) -> Metrics:
         metrics: Metrics = {
             "correct": int(bool(self.correct)),
@@ -284,32 +291,6 @@ class ReToolEnv(TextEnv):
         if self.config.protocol == "retool":
             return f"The interpreter printed {value}.\n<answer>\\boxed{{{value}}}</answer>"
         return f"The code printed {value}, so the answer is \\boxed{{{value}}}."
-
-
-class ReToolRenderedEnv(RenderedEnv):
-    """RenderedEnv whose shared-limit endings score like the task's own endings.
-
-    RenderedEnv ends an episode on the token cap or the context budget before the
-    task sees it. Here such an ending earns ``limits.truncation_reward`` (which the
-    config sets to the wrong-answer reward) for the context budget too, not 0,
-    so that overflowing the context never beats answering wrong; and the final
-    step carries the episode's metrics (tool calls, sandbox time) either way.
-    """
-
-    async def _finish(
-        self, result: TextStep, reason: str, metrics: Metrics | None = None
-    ) -> StepResult:
-        task = self.task
-        if isinstance(task, ReToolEnv) and task.stop_reason is None:
-            task.stop_reason = str(reason)
-            overflow = reason == StopReason.CONTEXT_OVERFLOW
-            ending_reward = self.limits.truncation_reward if overflow else 0.0
-            result = dataclasses.replace(
-                result,
-                reward=result.reward + ending_reward,
-                metrics={**task.episode_metrics(), **result.metrics},
-            )
-        return await super()._finish(result, reason, metrics)
 
 
 _MALFORMED = {
