@@ -222,6 +222,9 @@ class PodmanService:
                 *argv,
             ],
             env=self.env(),
+            # conmon writes marker files (an ``oom`` file after an OOM kill) into its
+            # working directory: keep them in the service's own state dir.
+            cwd=str(self.root),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
