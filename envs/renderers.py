@@ -15,6 +15,7 @@ observation is tokenized on its own and appended. Two protocols are needed:
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -57,11 +58,35 @@ class Renderer(ABC):
         if end_of_turn is None:
             end_of_turn = [tokenizer.eos_token] if tokenizer.eos_token else []
         self.end_of_turn = end_of_turn
+        self._last_render: tuple[bool, list[Message], list[dict] | None, str] | None = None
 
     def initial_tokens(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
         return self.encode(self.render_text(messages, tools, add_generation_prompt=True))
 
     def render_text(
+        self, messages: list[Message], tools: list[dict] | None, *, add_generation_prompt: bool
+    ) -> str:
+        """The template's rendering, remembering the last one.
+
+        Each chat turn renders the conversation the model saw, which is the previous
+        turn's rendering with the generation prompt: the memo turns that full re-render
+        into a list comparison. It compares the messages themselves, so it never
+        returns a rendering of another conversation.
+        """
+        last = self._last_render
+        if (
+            last is not None
+            and last[0] == add_generation_prompt
+            and last[1] == messages
+            and last[2] == tools
+        ):
+            return last[3]
+        text = self._render(messages, tools, add_generation_prompt=add_generation_prompt)
+        snapshot = [dict(m) for m in messages]
+        self._last_render = (add_generation_prompt, snapshot, copy.deepcopy(tools), text)
+        return text
+
+    def _render(
         self, messages: list[Message], tools: list[dict] | None, *, add_generation_prompt: bool
     ) -> str:
         if not getattr(self.tokenizer, "chat_template", None):

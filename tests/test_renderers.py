@@ -289,3 +289,28 @@ def test_chat_extension_property(tokenizer, turns) -> None:
             assert tokenizer.decode(context) == render(tokenizer, conversation, open_turn=True)
 
     asyncio.run(play())
+
+
+def test_render_memo_never_returns_another_conversations_text(tokenizer):
+    """The renderer remembers its last rendering; a changed conversation, changed
+    tools, a message edited in place or the other prompt mode must render afresh."""
+    renderer = ChatRenderer(tokenizer)
+    history = [{"role": "user", "content": "first"}]
+
+    def fresh(messages, tools=None, gen=True):
+        return ChatRenderer(tokenizer).render_text(messages, tools, add_generation_prompt=gen)
+
+    first = renderer.render_text(history, None, add_generation_prompt=True)
+    assert first == fresh(history)
+    history.append({"role": "assistant", "content": "reply"})
+    assert renderer.render_text(history, None, add_generation_prompt=True) == fresh(history)
+    history[0]["content"] = "edited"
+    assert renderer.render_text(history, None, add_generation_prompt=True) == fresh(history)
+    assert renderer.render_text(history, None, add_generation_prompt=False) == fresh(
+        history, gen=False
+    )
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    with_tools = renderer.render_text(history, tools, add_generation_prompt=False)
+    assert with_tools == fresh(history, tools, gen=False) and "<tools>" in with_tools
+    tools[0]["function"]["name"] = "g"
+    assert '"g"' in renderer.render_text(history, tools, add_generation_prompt=False)
