@@ -527,8 +527,27 @@ def _first_json_line(path: Path) -> dict[str, Any]:
     with open(path, encoding="utf-8") as handle:
         for line in handle:
             if line.strip():
-                return json.loads(line)
+                try:
+                    return json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ValueError(
+                        f"{path} is not JSON lines ({err.msg}); pass a trajectory store or a "
+                        "samples file"
+                    ) from None
     raise ValueError(f"{path} is empty")
+
+
+def file_kind(path: Path) -> Literal["trajectories", "samples"]:
+    """What a file holds, judged by its first line; ValueError when it is neither."""
+    first = _first_json_line(path)
+    if "trajectories" in first and "key" in first:
+        return "trajectories"
+    if "loss_mask" in first and "tokens" in first:
+        return "samples"
+    raise ValueError(
+        f"{path} is neither a trajectory store (written by `agentenvs rollout --out`) nor a "
+        "samples file (written by agentenvs.rollout.handoff.jsonl.write_samples_jsonl)"
+    )
 
 
 def _load_lines(path: Path) -> Iterable[dict[str, Any]]:
@@ -551,8 +570,7 @@ def check_file(
 ) -> CheckReport:
     """Check a trajectory store or a JSONL samples hand-off; the kind is detected."""
     path = Path(path)
-    first = _first_json_line(path)
-    if "trajectories" in first and "key" in first:
+    if file_kind(path) == "trajectories":
         from agentenvs.rollout.store import TrajectoryStore
 
         records = list(TrajectoryStore(path).read())
@@ -563,32 +581,11 @@ def check_file(
             current_version=current_version,
             max_staleness=max_staleness,
         )
-    if "loss_mask" in first and "tokens" in first:
-        from agentenvs.rollout.handoff.jsonl import sample_from_json
+    from agentenvs.rollout.handoff.jsonl import sample_from_json
 
-        samples, extras = [], []
-        for line in _load_lines(path):
-            # Lengths are checked by the report, not refused while loading.
-            samples.append(_lenient_sample(line, sample_from_json))
-            extras.append(line.get("extra") or {})
-        return check_samples(samples, extras, source=str(path))
-    raise ValueError(f"{path}: neither a trajectory store nor a samples file")
-
-
-def _lenient_sample(line: dict[str, Any], strict: Any) -> TrainingSample:
-    try:
-        return strict(line)
-    except ValueError:
-        return TrainingSample(
-            tokens=list(line["tokens"]),
-            loss_mask=list(line["loss_mask"]),
-            logprobs=list(line["logprobs"]),
-            advantages=list(line["advantages"]),
-            group_index=int(line["group_index"]),
-            traj_index=int(line["traj_index"]),
-            sample_index=int(line["sample_index"]),
-            reward=float(line["reward"]),
-            has_logprobs=bool(line.get("has_logprobs", True)),
-            prompt_length=int(line.get("prompt_length", 0)),
-            advantage=float(line.get("advantage", 0.0)),
-        )
+    samples, extras = [], []
+    for line in _load_lines(path):
+        # Lengths are checked by the report, not refused while loading.
+        samples.append(sample_from_json(line, strict=False))
+        extras.append(line.get("extra") or {})
+    return check_samples(samples, extras, source=str(path))

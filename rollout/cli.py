@@ -560,14 +560,17 @@ def check_command(
     ] = False,
 ) -> None:
     """Check that a run's data lines up before training on it; exit 1 on any failure."""
-    from agentenvs.rollout.check import check_file
+    from agentenvs.rollout.check import check_file, file_kind
 
     with friendly_errors():
         if not file.is_file():
             raise CLIError(f"cannot read {file}: no such file")
         tok = None
-        first = _first_line(file)
-        if "trajectories" in first:
+        try:
+            kind = file_kind(file)
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            raise CLIError(_one_line(str(error))) from None
+        if kind == "trajectories":
             from agentenvs.rollout.viewer import load_records
 
             tok, _ = load_view_tokenizer(load_records(file), tokenizer)
@@ -602,17 +605,6 @@ def check_command(
         )
     if not report.ok:
         raise typer.Exit(EXIT_FAILED_GROUPS)
-
-
-def _first_line(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    return json.loads(line)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CLIError(f"cannot read {path}: {_one_line(str(error))}") from None
-    raise CLIError(f"{path} is empty")
 
 
 @app.command("check-template")

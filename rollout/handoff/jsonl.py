@@ -40,10 +40,12 @@ def sample_to_json(
     return line
 
 
-def sample_from_json(line: Mapping[str, Any]) -> TrainingSample:
+def sample_from_json(line: Mapping[str, Any], *, strict: bool = True) -> TrainingSample:
+    """A sample from its JSON line; ``strict`` refuses per-token lists of the wrong
+    length (``agentenvs check`` reads them anyway, to report where they go wrong)."""
     tokens = [int(t) for t in line["tokens"]]
     lengths = {name: len(line[name]) for name in ("loss_mask", "logprobs", "advantages")}
-    if any(n != len(tokens) for n in lengths.values()):
+    if strict and any(n != len(tokens) for n in lengths.values()):
         raise ValueError(f"sample has {len(tokens)} tokens but per-token lists of {lengths}")
     return TrainingSample(
         tokens=tokens,
