@@ -23,7 +23,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
 
 from agentenvs.envs.search_r1.retrievers.base import Passage, Retriever, RetrieverError
-from agentenvs.envs.search_r1.retrievers.batching import MicroBatcher, PerLoop
+from agentenvs.envs.search_r1.retrievers.batching import TopKBatcher
 from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
 
 MAX_TOPK = 1000
@@ -89,26 +89,20 @@ class BatchedBackend:
         self.config = config
         sync = getattr(retriever, "search_sync", None)
         self._sync = sync if callable(sync) else None
-        self._batchers: PerLoop[MicroBatcher[tuple[str, int], list[Passage]]] = PerLoop(
-            lambda: MicroBatcher(
-                self._run,
-                max_batch=config.batch_size,
-                max_wait_s=config.batch_wait_ms / 1000,
-                max_concurrency=1 if self._sync else None,
-            )
+        self._batcher: TopKBatcher[Passage] = TopKBatcher(
+            self._search_at_k,
+            max_batch=config.batch_size,
+            max_wait_s=config.batch_wait_ms / 1000,
+            max_concurrency=1 if self._sync else None,
         )
 
-    async def _run(self, items: list[tuple[str, int]]) -> list[list[Passage]]:
-        k = max(topk for _, topk in items)
-        queries = [q for q, _ in items]
+    async def _search_at_k(self, queries: list[str], k: int) -> list[list[Passage]]:
         if self._sync is not None:
-            found = await asyncio.to_thread(self._sync, queries, k)
-        else:
-            found = await self.retriever.search(queries, k)
-        return [hits[:topk] for hits, (_, topk) in zip(found, items, strict=True)]
+            return await asyncio.to_thread(self._sync, queries, k)
+        return await self.retriever.search(queries, k)
 
     async def search(self, queries: list[str], topk: int) -> list[list[Passage]]:
-        return await self._batchers.get().submit([(q, topk) for q in queries])
+        return await self._batcher.search(queries, topk)
 
 
 def create_app(

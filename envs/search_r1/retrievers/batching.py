@@ -154,3 +154,44 @@ class PerLoop(Generic[Value]):
         except RuntimeError:
             return None
         return self._values.pop(loop, None)
+
+
+class TopKBatcher(Generic[Result]):
+    """Micro-batched ``search(queries, topk)`` for a retriever, one batcher per loop.
+
+    Callers may ask for different ``topk``: a batch searches once at its largest k and
+    each caller gets its own top-k slice. ``search_at_k`` is the retriever's batched
+    search (usually its blocking ``search_batch`` run on a worker thread).
+    """
+
+    def __init__(
+        self,
+        search_at_k: Callable[[list[str], int], Awaitable[list[list[Result]]]],
+        *,
+        max_batch: int,
+        max_wait_s: float,
+        max_concurrency: int | None = None,
+    ) -> None:
+        self._search_at_k = search_at_k
+        self._batchers: PerLoop[MicroBatcher[tuple[str, int], list[Result]]] = PerLoop(
+            lambda: MicroBatcher(
+                self._run,
+                max_batch=max_batch,
+                max_wait_s=max_wait_s,
+                max_concurrency=max_concurrency,
+            )
+        )
+
+    async def _run(self, items: list[tuple[str, int]]) -> list[list[Result]]:
+        k = max(topk for _, topk in items)
+        found = await self._search_at_k([query for query, _ in items], k)
+        return [ranked[:topk] for ranked, (_, topk) in zip(found, items, strict=True)]
+
+    async def search(self, queries: list[str], topk: int) -> list[list[Result]]:
+        return await self._batchers.get().submit([(query, topk) for query in queries])
+
+    async def close(self) -> None:
+        """Close this loop's batcher (other loops' batchers go with their loops)."""
+        batcher = self._batchers.pop_current()
+        if batcher is not None:
+            await batcher.close()

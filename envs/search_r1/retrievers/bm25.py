@@ -24,7 +24,7 @@ import numpy as np
 
 from agentenvs.envs.search_r1.corpus import iter_corpus, resolve_corpus
 from agentenvs.envs.search_r1.retrievers.base import Passage, Retriever, RetrieverError
-from agentenvs.envs.search_r1.retrievers.batching import MicroBatcher, PerLoop
+from agentenvs.envs.search_r1.retrievers.batching import TopKBatcher
 from agentenvs.envs.search_r1.retrievers.cache import build_atomically, index_dir_for
 from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
 
@@ -205,13 +205,11 @@ class BM25Retriever(Retriever):
         self.model = bm25s.BM25.load(str(index_dir), mmap=True, load_corpus=False)
         self.passages = _open_passages(index_dir)
         self.num_docs = int(self.model.scores["num_docs"])
-        self._batchers: PerLoop[MicroBatcher[tuple[str, int], list[Passage]]] = PerLoop(
-            lambda: MicroBatcher(
-                self._search_batch,
-                max_batch=config.batch_size,
-                max_wait_s=config.batch_wait_ms / 1000,
-                max_concurrency=1,
-            )
+        self._batcher: TopKBatcher[Passage] = TopKBatcher(
+            self._search_in_thread,
+            max_batch=config.batch_size,
+            max_wait_s=config.batch_wait_ms / 1000,
+            max_concurrency=1,
         )
 
     def __len__(self) -> int:
@@ -239,15 +237,11 @@ class BM25Retriever(Retriever):
             results.append(hits)
         return results
 
-    async def _search_batch(self, items: list[tuple[str, int]]) -> list[list[Passage]]:
-        k = max(topk for _, topk in items)
-        found = await asyncio.to_thread(self.search_sync, [q for q, _ in items], k)
-        return [hits[:topk] for hits, (_, topk) in zip(found, items, strict=True)]
+    async def _search_in_thread(self, queries: list[str], k: int) -> list[list[Passage]]:
+        return await asyncio.to_thread(self.search_sync, queries, k)
 
     async def search(self, queries: list[str], topk: int) -> list[list[Passage]]:
-        return await self._batchers.get().submit([(q, topk) for q in queries])
+        return await self._batcher.search(queries, topk)
 
     async def close(self) -> None:
-        batcher = self._batchers.pop_current()
-        if batcher is not None:
-            await batcher.close()
+        await self._batcher.close()

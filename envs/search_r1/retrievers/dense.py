@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agentenvs.envs.search_r1.retrievers.base import Passage, Retriever, RetrieverError
-from agentenvs.envs.search_r1.retrievers.batching import MicroBatcher, PerLoop
+from agentenvs.envs.search_r1.retrievers.batching import TopKBatcher
 from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
 from agentenvs.envs.search_r1.retrievers.dense_encoder import Encoder, SentenceEncoder, model_label
 from agentenvs.envs.search_r1.retrievers.dense_faiss import (
@@ -36,7 +36,7 @@ from agentenvs.envs.search_r1.retrievers.dense_faiss import (
     tune_search,
 )
 from agentenvs.envs.search_r1.retrievers.dense_store import PassageStore, PassageStoreWriter
-from agentenvs.envs.search_r1.retrievers.lucene_index import (
+from agentenvs.envs.search_r1.retrievers.indexing import (
     BuildProgress,
     ProgressCallback,
     count_lines,
@@ -279,10 +279,8 @@ class DenseRetriever(Retriever):
             )
         # One worker: torch and faiss already use every core per call.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentenvs-dense")
-        self._batchers: PerLoop[MicroBatcher[tuple[str, int], list[Passage]]] = PerLoop(
-            lambda: MicroBatcher(
-                run_batch=self._run_batch, max_batch=batch_size, max_wait_s=batch_wait_ms / 1000
-            )
+        self._batcher: TopKBatcher[Passage] = TopKBatcher(
+            self._search_on_worker, max_batch=batch_size, max_wait_s=batch_wait_ms / 1000
         )
 
     @classmethod
@@ -330,26 +328,20 @@ class DenseRetriever(Retriever):
                 results[i].append(Passage(id=passage_id, contents=contents, score=float(score)))
         return results
 
-    async def _run_batch(self, items: list[tuple[str, int]]) -> list[list[Passage]]:
-        k = max(topk for _, topk in items)
+    async def _search_on_worker(self, queries: list[str], k: int) -> list[list[Passage]]:
         loop = asyncio.get_running_loop()
-        results = await loop.run_in_executor(
-            self._worker, self.search_batch, [query for query, _ in items], k
-        )
-        return [ranked[:topk] for ranked, (_, topk) in zip(results, items, strict=True)]
+        return await loop.run_in_executor(self._worker, self.search_batch, queries, k)
 
     async def search(self, queries: list[str], topk: int) -> list[list[Passage]]:
         if not queries:
             return []
         if topk < 1:
             return [[] for _ in queries]
-        return await self._batchers.get().submit([(query, topk) for query in queries])
+        return await self._batcher.search(queries, topk)
 
     def search_sync(self, queries: list[str], topk: int) -> list[list[Passage]]:
         """Blocking search from synchronous code (benchmarks, scripts)."""
         return self.search_batch(queries, topk)
 
     async def close(self) -> None:
-        batcher = self._batchers.pop_current()
-        if batcher is not None:
-            await batcher.close()
+        await self._batcher.close()

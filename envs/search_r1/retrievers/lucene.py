@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from agentenvs.envs.search_r1.retrievers.base import Passage, Retriever, RetrieverError
-from agentenvs.envs.search_r1.retrievers.batching import MicroBatcher, PerLoop
+from agentenvs.envs.search_r1.retrievers.batching import TopKBatcher
 from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
+from agentenvs.envs.search_r1.retrievers.indexing import ProgressCallback
 from agentenvs.envs.search_r1.retrievers.lucene_index import (
     FORMAT_VERSION,
     LuceneIndexInfo,
-    ProgressCallback,
     read_index_info,
     write_lucene_index,
 )
@@ -116,10 +116,8 @@ class LuceneRetriever(Retriever):
         self.k1, self.b, self.threads = k1, b, max(1, threads)
         self.info: LuceneIndexInfo | None = read_index_info(self.index_dir)
         self._searcher: Any = run_on_jvm_thread(self._open)
-        self._batchers: PerLoop[MicroBatcher[tuple[str, int], list[Passage]]] = PerLoop(
-            lambda: MicroBatcher(
-                run_batch=self._run_batch, max_batch=batch_size, max_wait_s=batch_wait_ms / 1000
-            )
+        self._batcher: TopKBatcher[Passage] = TopKBatcher(
+            self._search_on_jvm, max_batch=batch_size, max_wait_s=batch_wait_ms / 1000
         )
 
     @classmethod
@@ -192,19 +190,16 @@ class LuceneRetriever(Retriever):
 
     # ---- async interface ----------------------------------------------------------------
 
-    async def _run_batch(self, items: list[tuple[str, int]]) -> list[list[Passage]]:
-        k = max(topk for _, topk in items)
-        queries = [query for query, _ in items]
+    async def _search_on_jvm(self, queries: list[str], k: int) -> list[list[Passage]]:
         loop = asyncio.get_running_loop()
-        results = await loop.run_in_executor(jvm_thread(), self.search_batch, queries, k)
-        return [ranked[:topk] for ranked, (_, topk) in zip(results, items, strict=True)]
+        return await loop.run_in_executor(jvm_thread(), self.search_batch, queries, k)
 
     async def search(self, queries: list[str], topk: int) -> list[list[Passage]]:
         if not queries:
             return []
         if topk < 1:
             return [[] for _ in queries]
-        return await self._batchers.get().submit([(query, topk) for query in queries])
+        return await self._batcher.search(queries, topk)
 
     def search_sync(self, queries: list[str], topk: int) -> list[list[Passage]]:
         """Blocking search from synchronous code (benchmarks, scripts)."""
@@ -213,6 +208,4 @@ class LuceneRetriever(Retriever):
         return run_on_jvm_thread(self.search_batch, queries, topk)
 
     async def close(self) -> None:
-        batcher = self._batchers.pop_current()
-        if batcher is not None:
-            await batcher.close()
+        await self._batcher.close()
