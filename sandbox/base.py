@@ -141,6 +141,21 @@ class Sandbox(ABC):
     ) -> ExecResult:
         """Run one program in a fresh process; no state survives it."""
 
+    async def _refuse_or_start(self, *, closed: bool) -> ExecResult | None:
+        """Start on first use; return the ``SANDBOX_ERROR`` result ``run`` should give instead.
+
+        Why: ``run`` reports an unusable sandbox (closed, or unable to start) as a
+        result rather than raising, so callers such as envs never see an exception.
+        Returns ``None`` when the sandbox is ready to run code.
+        """
+        if closed:
+            return ExecResult(ExecStatus.SANDBOX_ERROR, message="the sandbox is closed")
+        try:
+            await self.start()
+        except SandboxUnavailable as exc:
+            return ExecResult(ExecStatus.SANDBOX_ERROR, message=str(exc))
+        return None
+
     @abstractmethod
     def session(self) -> Session: ...
 

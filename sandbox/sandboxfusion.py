@@ -298,12 +298,8 @@ class SandboxFusionSandbox(Sandbox):
         stdin: str | None = None,
     ) -> ExecResult:
         """Send ``code`` as it is (no display transform) and map the answer."""
-        if self._closed:
-            return ExecResult(ExecStatus.SANDBOX_ERROR, message="the sandbox is closed")
-        try:
-            await self.start()
-        except SandboxUnavailable as exc:
-            return ExecResult(ExecStatus.SANDBOX_ERROR, message=str(exc))
+        if (refusal := await self._refuse_or_start(closed=self._closed)) is not None:
+            return refusal
         timeout = float(timeout or self.config.timeout)
         payload = {
             "code": code,

@@ -7,6 +7,7 @@ QUERIES map paraphrased questions (for dense) and keyword queries (for BM25) to 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 PASSAGES: list[tuple[str, str, str]] = [
@@ -130,3 +131,15 @@ def write_corpus(path: Path) -> Path:
         for pid, title, text in PASSAGES:
             handle.write(json.dumps({"id": pid, "contents": f'"{title}"\n{text}'}) + "\n")
     return path
+
+
+def build_index_checked(build: Callable[..., Path], corpus: Path, out: Path) -> Path:
+    """Build with a retriever's ``build_index`` and check its return and progress reports.
+
+    Why: every retriever's builder shares this contract: it returns ``out`` and its
+    progress callback counts every passage exactly once.
+    """
+    reported: list[int] = []
+    assert build(corpus, out, progress=reported.append) == out
+    assert sum(reported) == len(PASSAGES)
+    return out

@@ -7,19 +7,16 @@ The server is ``agentenvs sandbox serve`` (the local backend behind SandboxFusio
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-
-AGENTENVS = str(Path(sys.executable).parent / "agentenvs")
+from retool_cli_helpers import AGENTENVS, run_retool_rollout
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None,
@@ -68,17 +65,8 @@ def server_url() -> Iterator[str]:
 
 @pytest.mark.parametrize("execution", ["stateless", "stateful"])
 def test_rollout_cli_with_the_sandboxfusion_backend(server_url: str, tmp_path: Path, execution):
-    out = tmp_path / "retool.jsonl"
-    command = [
-        AGENTENVS,
-        "rollout",
-        "retool",
-        "--groups",
-        "2",
-        "--group-size",
-        "2",
-        "--out",
-        str(out),
+    records = run_retool_rollout(
+        tmp_path / "retool.jsonl",
         "--set",
         "sandbox.backend=sandboxfusion",
         "--set",
@@ -87,15 +75,5 @@ def test_rollout_cli_with_the_sandboxfusion_backend(server_url: str, tmp_path: P
         f"execution={execution}",
         "--set",
         "protocol=tool_call",
-        "--json-summary",
-        "--no-progress",
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["failed"] == 0 and summary["trajectories"] == 4
-    assert summary["mean_reward"] == 1.0
-    assert summary["stop_reasons"] == {"completed": 4}
-    records = [json.loads(line) for line in out.read_text().splitlines()]
+    )
     assert {r["env_config"]["sandbox"]["backend"] for r in records} == {"sandboxfusion"}
-    assert "Traceback" not in done.stderr

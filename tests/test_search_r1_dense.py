@@ -13,7 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from search_r1_retriever_corpus import PASSAGES, SEMANTIC_QUERIES, contents_of, write_corpus
+from search_r1_retriever_corpus import (
+    PASSAGES,
+    SEMANTIC_QUERIES,
+    build_index_checked,
+    contents_of,
+    write_corpus,
+)
 
 from agentenvs.envs.search_r1.retrievers.base import RetrieverError
 from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
@@ -42,10 +48,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def index_dir(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dense-index") / "index"
-    reported: list[int] = []
-    assert DenseRetriever.build_index(corpus, out, progress=reported.append) == out
-    assert sum(reported) == len(PASSAGES)
-    return out
+    return build_index_checked(DenseRetriever.build_index, corpus, out)
 
 
 @pytest.fixture(scope="module")

@@ -306,12 +306,8 @@ class DockerSandbox(SupervisedSandbox[ContainerWorker]):
         memory_limit_mb: int | None = None,
         stdin: str | None = None,
     ) -> ExecResult:
-        if self._closed:
-            return ExecResult(ExecStatus.SANDBOX_ERROR, message="the sandbox is closed")
-        try:
-            await self.start()
-        except SandboxUnavailable as exc:
-            return ExecResult(ExecStatus.SANDBOX_ERROR, message=str(exc))
+        if (refusal := await self._refuse_or_start(closed=self._closed)) is not None:
+            return refusal
         request, limits = self._run_request(code, timeout, memory_limit_mb, stdin)
         try:
             if self.mode == "per_call":
