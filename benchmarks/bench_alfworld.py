@@ -168,8 +168,8 @@ async def overhead(repeats: int, tokenizer) -> dict:
 
 async def throughput(workers: int, episodes_per_game: int, tokenizer) -> tuple[int, float]:
     from agentenvs.envs import make
+    from agentenvs.rollout.collect.rollouts import do_group_rollout
     from agentenvs.rollout.policies import make_policy
-    from agentenvs.rollout.rollouts import do_group_rollout
 
     cfg = make("alfworld", data="shipped", workers=workers, engines_per_worker=max(1, 8 // workers))
     policy = make_policy("scripted")

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from agentenvs.envs.guess_number import GuessNumberConfig
-from agentenvs.rollout.collector import collect, summarize
+from agentenvs.rollout.collect.collector import collect, summarize
+from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import make_policy
-from agentenvs.rollout.store import TrajectoryStore
 from agentenvs.rollout.tokenizer import train_chatml_tokenizer
 
 

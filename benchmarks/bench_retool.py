@@ -27,8 +27,8 @@ from pathlib import Path
 from agentenvs.envs.registry import make
 from agentenvs.envs.retool.config import ReToolConfig
 from agentenvs.envs.retool.sandboxes import close_shared_sandboxes, shared_sandbox
+from agentenvs.rollout.collect.rollouts import do_single_rollout
 from agentenvs.rollout.policies import make_policy
-from agentenvs.rollout.rollouts import do_single_rollout
 from agentenvs.rollout.tokenizer import train_chatml_tokenizer
 
 

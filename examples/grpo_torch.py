@@ -38,12 +38,12 @@ from typing import Any
 import torch
 
 from agentenvs.envs.registry import make
-from agentenvs.rollout.advantages import compute_advantages
-from agentenvs.rollout.collector import collect
+from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.store import TrajectoryStore
+from agentenvs.rollout.data.advantages import compute_advantages
+from agentenvs.rollout.data.samples import trajectories_to_samples
 from agentenvs.rollout.handoff.verl import to_verl_batch
 from agentenvs.rollout.policies.hf import HFPolicy
-from agentenvs.rollout.samples import trajectories_to_samples
-from agentenvs.rollout.store import TrajectoryStore
 
 DEMO_GUESS_CONFIG: dict[str, Any] = {
     "low": 1,

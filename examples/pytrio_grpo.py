@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from agentenvs.envs.types import EnvGroupBuilder
-from agentenvs.rollout.advantages import compute_advantages, remove_constant_reward_groups
-from agentenvs.rollout.collector import collect
+from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.store import TrajectoryStore
+from agentenvs.rollout.data.advantages import compute_advantages, remove_constant_reward_groups
+from agentenvs.rollout.data.samples import trajectories_to_samples
 from agentenvs.rollout.handoff.pytrio import to_pytrio_datums
 from agentenvs.rollout.integrations.pytrio import PyTrioSamplingPolicy
-from agentenvs.rollout.samples import trajectories_to_samples
-from agentenvs.rollout.store import TrajectoryStore
 
 
 @dataclass

@@ -9,9 +9,9 @@ import asyncio
 import sys
 
 from agentenvs.envs.guess_number import GuessNumberConfig
-from agentenvs.rollout.collector import collect
+from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import make_policy
-from agentenvs.rollout.store import TrajectoryStore
 from agentenvs.rollout.tokenizer import train_chatml_tokenizer
 
 GROUP_SIZE = 2

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tinker_cookbook.rl import data_processing as cookbook
 
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
-from agentenvs.rollout.advantages import (
+from agentenvs.rollout.data.advantages import (
     ESTIMATORS,
     compute_advantages,
     estimator_info,

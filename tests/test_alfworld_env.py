@@ -19,9 +19,9 @@ from agentenvs.envs.alfworld.games import find_games
 from agentenvs.envs.alfworld.scenes import TASK_TYPES
 from agentenvs.envs.registry import EnvConfigError, list_envs
 from agentenvs.envs.types import TrajectoryGroup
+from agentenvs.rollout.collect.rollouts import do_group_rollout, do_single_rollout
+from agentenvs.rollout.data.samples import trajectory_to_samples
 from agentenvs.rollout.policies import make_policy
-from agentenvs.rollout.rollouts import do_group_rollout, do_single_rollout
-from agentenvs.rollout.samples import trajectory_to_samples
 
 SMALL = "pick_and_place_simple-Apple-None-Fridge-kitchen7/trial_simple-apple-fridge"
 BIG_KITCHEN = (

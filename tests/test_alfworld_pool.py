@@ -18,8 +18,8 @@ from agentenvs.envs.alfworld.pool import (
     WorkerCrashed,
     WorkerTimeout,
 )
+from agentenvs.rollout.collect.rollouts import do_group_rollout
 from agentenvs.rollout.policies import make_policy
-from agentenvs.rollout.rollouts import do_group_rollout
 
 SMALL = "pick_and_place_simple-Apple-None-Fridge-kitchen7/trial_simple-apple-fridge"
 LOOK = "look_at_obj_in_light-Book-None-DeskLamp-study6/trial_look-book-desklamp"
@@ -193,7 +193,7 @@ class KillWorkerPolicy:
 
 
 async def test_collector_retries_a_crashed_group_on_a_fresh_worker(tokenizer):
-    from agentenvs.rollout.collector import collect
+    from agentenvs.rollout.collect.collector import collect
 
     cfg = make("alfworld", data="shipped", workers=1, engines_per_worker=2)
     try:

@@ -15,15 +15,15 @@ import pytest
 
 from agentenvs.envs import make
 from agentenvs.envs.types import TokensWithLogprobs
-from agentenvs.rollout.advantages import compute_advantages, estimator_info
-from agentenvs.rollout.check import check_file
-from agentenvs.rollout.collector import collect
+from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.collect.store import TrajectoryStore
+from agentenvs.rollout.data.advantages import compute_advantages, estimator_info
+from agentenvs.rollout.data.provenance import PolicyIdentity, build_provenance
+from agentenvs.rollout.data.samples import trajectories_to_samples
 from agentenvs.rollout.handoff.jsonl import write_samples_jsonl
+from agentenvs.rollout.inspect.check import check_file
 from agentenvs.rollout.policies import make_policy
-from agentenvs.rollout.provenance import PolicyIdentity, build_provenance
-from agentenvs.rollout.records import GroupRecord
-from agentenvs.rollout.samples import trajectories_to_samples
-from agentenvs.rollout.store import TrajectoryStore
 
 
 class _RandomLogprobs:
@@ -290,7 +290,7 @@ def test_cli_check_template(tmp_path):
 
 
 def test_samples_from_records_carry_provenance_and_refuse_stale(clean_store):
-    from agentenvs.rollout.training_data import (
+    from agentenvs.rollout.data.training_data import (
         StaleSamplesError,
         samples_from_records,
         split_by_staleness,

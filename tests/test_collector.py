@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from rollout_helpers import CountdownEnv, EchoPolicy, HangingPolicy, InFlight, RecordingBuilder
 
-from agentenvs.rollout.collector import collect, summarize
+from agentenvs.rollout.collect.collector import collect, summarize
+from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import make_policy
-from agentenvs.rollout.store import TrajectoryStore
 
 TESTS = Path(__file__).parent
 

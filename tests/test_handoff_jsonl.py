@@ -8,13 +8,13 @@ import json
 import pytest
 
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
-from agentenvs.rollout.advantages import compute_advantages, estimator_info
+from agentenvs.rollout.data.advantages import compute_advantages, estimator_info
+from agentenvs.rollout.data.samples import trajectories_to_samples
 from agentenvs.rollout.handoff.jsonl import (
     iter_samples_jsonl,
     read_samples_jsonl,
     write_samples_jsonl,
 )
-from agentenvs.rollout.samples import trajectories_to_samples
 
 
 def make_samples():

@@ -16,9 +16,9 @@ from pytrio.model.limits import TrainingLimits
 from test_samples_strategies import batches
 
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
-from agentenvs.rollout.advantages import compute_advantages
+from agentenvs.rollout.data.advantages import compute_advantages
+from agentenvs.rollout.data.samples import trajectories_to_samples
 from agentenvs.rollout.handoff.pytrio import IGNORE_INDEX, to_pytrio_datums
-from agentenvs.rollout.samples import trajectories_to_samples
 
 NO_LIMITS = TrainingLimits(max_batch_size=None, max_tokens_per_request=None, max_seq_len=None)
 

@@ -12,13 +12,13 @@ from tinker_cookbook.rl import data_processing as cookbook
 from tinker_cookbook.rl.types import PARSE_ERROR_MASKED_METRIC_KEY
 
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
-from agentenvs.rollout.advantages import compute_advantages
+from agentenvs.rollout.data.advantages import compute_advantages
+from agentenvs.rollout.data.samples import PARSE_ERROR_MASKED_METRIC, trajectories_to_samples
 from agentenvs.rollout.handoff.tinker import (
     assemble_tinker_data,
     to_cookbook_group,
     to_tinker_datums,
 )
-from agentenvs.rollout.samples import PARSE_ERROR_MASKED_METRIC, trajectories_to_samples
 
 
 def assert_same_datums(ours: list[tinker.Datum], theirs: list[tinker.Datum]) -> None:

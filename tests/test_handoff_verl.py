@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
+from agentenvs.rollout.data.samples import trajectories_to_samples
 from agentenvs.rollout.handoff.verl import from_verl_batch, to_tensordict, to_verl_batch
-from agentenvs.rollout.samples import trajectories_to_samples
 
 
 @pytest.fixture

@@ -23,14 +23,14 @@ from rollout_vllm_standin import serve
 
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.registry import make
-from agentenvs.rollout.advantages import compute_advantages
-from agentenvs.rollout.collector import collect
+from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.store import TrajectoryStore, read_records
+from agentenvs.rollout.data.advantages import compute_advantages
+from agentenvs.rollout.data.samples import trajectories_to_samples
 from agentenvs.rollout.handoff.pytrio import to_pytrio_datums
 from agentenvs.rollout.integrations.pytrio import PyTrioSamplingPolicy, pytrio_stop_reason
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.hf import HFPolicy
-from agentenvs.rollout.samples import trajectories_to_samples
-from agentenvs.rollout.store import TrajectoryStore, read_records
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pytrio_grpo.py"
 NO_LIMITS = TrainingLimits(max_batch_size=None, max_tokens_per_request=None, max_seq_len=None)

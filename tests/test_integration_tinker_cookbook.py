@@ -32,7 +32,9 @@ from typer.testing import CliRunner
 
 from agentenvs.envs.registry import make
 from agentenvs.envs.types import TokensWithLogprobs, TrajectoryGroup
-from agentenvs.rollout.advantages import compute_advantages
+from agentenvs.rollout.collect.rollouts import current_slot, do_group_rollout
+from agentenvs.rollout.collect.store import read_records
+from agentenvs.rollout.data.advantages import compute_advantages
 from agentenvs.rollout.handoff.tinker import assemble_tinker_data
 from agentenvs.rollout.integrations.tinker_cookbook import (
     AgentenvsDatasetBuilder,
@@ -46,8 +48,6 @@ from agentenvs.rollout.integrations.tinker_cookbook import (
 )
 from agentenvs.rollout.policies.hf import HFPolicy
 from agentenvs.rollout.policies.scripted import ScriptedPolicy
-from agentenvs.rollout.rollouts import current_slot, do_group_rollout
-from agentenvs.rollout.store import read_records
 
 # name -> (config overrides, the scripted variant the second trajectory plays)
 ENVS = {

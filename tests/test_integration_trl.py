@@ -20,6 +20,8 @@ import torch
 from rollout_tiny_model import save_tiny_model
 
 from agentenvs.envs.registry import make
+from agentenvs.rollout.collect.rollouts import current_slot
+from agentenvs.rollout.collect.store import read_records
 from agentenvs.rollout.integrations.trl import (
     env_reward,
     make_rollout_func,
@@ -28,8 +30,6 @@ from agentenvs.rollout.integrations.trl import (
     task_key,
 )
 from agentenvs.rollout.policies.scripted import ScriptedPolicy
-from agentenvs.rollout.rollouts import current_slot
-from agentenvs.rollout.store import read_records
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 

@@ -33,11 +33,11 @@ import yaml
 from pydantic import BaseModel
 from rollout_tiny_model import save_tiny_model
 
+from agentenvs.rollout.data.samples import TrainingSample
 from agentenvs.rollout.handoff.verl import to_verl_batch
 from agentenvs.rollout.integrations import verl as adapter
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.hf import HFPolicy
-from agentenvs.rollout.samples import TrainingSample
 
 # verl 0.9.1, verl/experimental/agent_loop/agent_loop.py
 VERL_OUTPUT_FIELDS = {

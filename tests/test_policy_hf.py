@@ -10,11 +10,11 @@ from rollout_tiny_model import save_tiny_model, teacher_forced_logprobs
 
 from agentenvs.envs.guess_number import GuessNumberConfig, GuessNumberEnv
 from agentenvs.envs.rendered import Limits
-from agentenvs.rollout.collector import collect, summarize
+from agentenvs.rollout.collect.collector import collect, summarize
+from agentenvs.rollout.collect.rollouts import do_group_rollout
+from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import make_policy
 from agentenvs.rollout.policies.base import PolicyError
-from agentenvs.rollout.rollouts import do_group_rollout
-from agentenvs.rollout.store import TrajectoryStore
 
 PROMPT = "<|im_start|>user\nguess the number<|im_end|>\n<|im_start|>assistant\n"
 

@@ -11,9 +11,9 @@ import textwrap
 import pytest
 
 from agentenvs.envs.guess_number import GuessNumberConfig
+from agentenvs.rollout.collect.rollouts import do_group_rollout
 from agentenvs.rollout.policies import make_policy
 from agentenvs.rollout.policies.base import PolicyError
-from agentenvs.rollout.rollouts import do_group_rollout
 
 
 async def test_person_plays_guess_number_through_streams(tokenizer):
@@ -59,7 +59,7 @@ def test_interactive_over_a_real_stdin_pipe(tmp_path):
         import asyncio, json
         from agentenvs.envs.guess_number import GuessNumberConfig
         from agentenvs.rollout.policies import make_policy
-        from agentenvs.rollout.rollouts import do_group_rollout
+        from agentenvs.rollout.collect.rollouts import do_group_rollout
         from agentenvs.rollout.tokenizer import train_chatml_tokenizer
 
         tok = train_chatml_tokenizer()

@@ -19,11 +19,11 @@ from rollout_vllm_standin import Behaviour, free_port, make_app, serve
 
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.rendered import Limits
-from agentenvs.rollout.collector import collect
+from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.rollouts import do_group_rollout
 from agentenvs.rollout.policies import make_policy
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.hf import HFPolicy
-from agentenvs.rollout.rollouts import do_group_rollout
 
 PROMPT = "<|im_start|>user\nguess the number<|im_end|>\n<|im_start|>assistant\n"
 

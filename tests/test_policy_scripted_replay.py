@@ -6,12 +6,12 @@ import pytest
 from rollout_helpers import CountdownEnv, EchoPolicy, RecordingBuilder
 
 from agentenvs.envs.guess_number import GuessNumberConfig
-from agentenvs.rollout.collector import collect
+from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.rollouts import do_group_rollout
+from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import make_policy
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.replay import ReplayPolicy
-from agentenvs.rollout.rollouts import do_group_rollout
-from agentenvs.rollout.store import TrajectoryStore
 
 
 def test_make_policy_validates_names_and_options(tmp_path):

@@ -123,9 +123,9 @@ async def test_oracle_solves_through_the_retool_protocol(tokenizer):
 
 
 async def test_interpreter_tokens_are_masked_from_the_loss(tokenizer):
+    from agentenvs.rollout.collect.rollouts import do_single_rollout
+    from agentenvs.rollout.data.samples import trajectory_to_samples
     from agentenvs.rollout.policies import make_policy
-    from agentenvs.rollout.rollouts import do_single_rollout
-    from agentenvs.rollout.samples import trajectory_to_samples
 
     config = make("retool")
     env = config.make_env(index_of(config, "mod-7-2024-mod-1000"), tokenizer)
@@ -321,8 +321,8 @@ async def test_truncation_policies_on_real_output(tokenizer):
 
 # ---- groups, the collector, sandbox selection --------------------------------
 async def test_group_rollout_reports_pass_at_k_and_tool_use(tokenizer):
+    from agentenvs.rollout.collect.rollouts import do_group_rollout
     from agentenvs.rollout.policies import make_policy
-    from agentenvs.rollout.rollouts import do_group_rollout
 
     config = make("retool")
     await drive(config.make_env(0, tokenizer), "oracle")  # the shared sandbox exists

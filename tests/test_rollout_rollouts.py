@@ -10,9 +10,9 @@ from rollout_helpers import CountdownEnv, EchoPolicy, HangingPolicy, RecordingBu
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.rendered import Limits
 from agentenvs.envs.types import TokensWithLogprobs
+from agentenvs.rollout.collect.rollouts import do_group_rollout, do_single_rollout
 from agentenvs.rollout.policies import make_policy
 from agentenvs.rollout.policies.base import PolicyError
-from agentenvs.rollout.rollouts import do_group_rollout, do_single_rollout
 
 
 async def test_single_rollout_records_every_turn_and_the_stop_reason():

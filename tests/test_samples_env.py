@@ -10,10 +10,10 @@ import pytest
 
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
-from agentenvs.rollout.advantages import compute_advantages
+from agentenvs.rollout.data.advantages import compute_advantages
+from agentenvs.rollout.data.samples import trajectories_to_samples
 from agentenvs.rollout.handoff.tinker import to_tinker_datums
 from agentenvs.rollout.handoff.verl import from_verl_batch, to_verl_batch
-from agentenvs.rollout.samples import trajectories_to_samples
 
 
 async def play(env, variant_for_turn) -> Trajectory:

@@ -11,16 +11,16 @@ from hypothesis import strategies as st
 from test_samples_strategies import Scenario, batches, scenarios
 
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
-from agentenvs.rollout.advantages import compute_advantages
-from agentenvs.rollout.handoff.jsonl import read_samples_jsonl, write_samples_jsonl
-from agentenvs.rollout.handoff.tinker import to_tinker_datums
-from agentenvs.rollout.handoff.verl import from_verl_batch, to_verl_batch
-from agentenvs.rollout.samples import (
+from agentenvs.rollout.data.advantages import compute_advantages
+from agentenvs.rollout.data.samples import (
     PARSE_ERROR_MASKED_METRIC,
     TrainingSample,
     trajectories_to_samples,
     trajectory_to_samples,
 )
+from agentenvs.rollout.handoff.jsonl import read_samples_jsonl, write_samples_jsonl
+from agentenvs.rollout.handoff.tinker import to_tinker_datums
+from agentenvs.rollout.handoff.verl import from_verl_batch, to_verl_batch
 
 ADVANTAGE = st.floats(-3, 3, allow_nan=False).filter(lambda a: a != 0.0)
 SETTINGS = settings(max_examples=120, deadline=None)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
-from agentenvs.rollout.samples import PARSE_ERROR_MASKED_METRIC
+from agentenvs.rollout.data.samples import PARSE_ERROR_MASKED_METRIC
 
 TOKEN = st.integers(min_value=0, max_value=50_000)
 LOGPROB = st.floats(min_value=-30.0, max_value=0.0, allow_nan=False, allow_infinity=False)

@@ -245,10 +245,10 @@ async def test_search_r1_parquet_layout(tmp_path, tokenizer):
 
 
 async def test_group_rollout_through_the_collector_masks_observations(tokenizer):
-    from agentenvs.rollout.advantages import compute_advantages
+    from agentenvs.rollout.collect.rollouts import do_group_rollout
+    from agentenvs.rollout.data.advantages import compute_advantages
+    from agentenvs.rollout.data.samples import trajectories_to_samples
     from agentenvs.rollout.policies import make_policy
-    from agentenvs.rollout.rollouts import do_group_rollout
-    from agentenvs.rollout.samples import trajectories_to_samples
 
     cfg = SearchR1Config()
     two_hop = next(i for i, t in enumerate(cfg.tasks()) if len(t.hops) == 2)

@@ -9,8 +9,8 @@ import os
 import pytest
 
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
-from agentenvs.rollout.records import GroupRecord
-from agentenvs.rollout.store import TrajectoryStore, read_records
+from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.collect.store import TrajectoryStore, read_records
 
 
 def _record(key: str, status: str = "ok", size: int = 3) -> GroupRecord:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentenvs.rollout.template_check import check_template
+from agentenvs.rollout.inspect.template_check import check_template
 from agentenvs.rollout.tokenizer import CHATML_TEMPLATE, train_chatml_tokenizer
 
 _PLAIN_TURN = "{{ '<|im_start|>' + message.role + nl + message.content + '<|im_end|>' + nl }}"

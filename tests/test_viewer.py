@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
-from agentenvs.rollout.records import GroupRecord
-from agentenvs.rollout.viewer import (
+from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.inspect.viewer import (
     decode_pieces,
     overview,
     render_html,

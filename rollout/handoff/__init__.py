@@ -1,6 +1,6 @@
 """Hand-off of training samples to trainers: Tinker, PyTRIO, verl (torch), JSONL.
 
-Each hand-off starts from the same :class:`agentenvs.rollout.samples.TrainingSample`
+Each hand-off starts from the same :class:`agentenvs.rollout.data.samples.TrainingSample`
 list and lives in its own module, so importing one does not import the others'
 heavy dependencies:
 

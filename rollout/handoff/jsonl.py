@@ -2,7 +2,7 @@
 
 For trainers this library does not know: every field of :class:`TrainingSample`
 is written as-is (unshifted, unpadded), so any loader can rebuild what it needs.
-``extra`` (for example :func:`agentenvs.rollout.advantages.estimator_info`) is
+``extra`` (for example :func:`agentenvs.rollout.data.advantages.estimator_info`) is
 copied into every line under ``"extra"`` so a line is self-describing; the reader
 leaves it aside.
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from agentenvs.rollout.samples import TrainingSample
+from agentenvs.rollout.data.samples import TrainingSample
 
 FIELDS = (
     "group_index",

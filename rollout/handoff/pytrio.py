@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agentenvs.rollout.samples import TrainingSample, gc_paused
+from agentenvs.rollout.data.samples import TrainingSample, gc_paused
 
 if TYPE_CHECKING:
     import pytrio

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agentenvs.envs.types import TrajectoryGroup
-from agentenvs.rollout.samples import TrainingSample, gc_paused, trajectories_to_samples
+from agentenvs.rollout.data.samples import TrainingSample, gc_paused, trajectories_to_samples
 
 if TYPE_CHECKING:
     import tinker

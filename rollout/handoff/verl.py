@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agentenvs.rollout.samples import TrainingSample
+from agentenvs.rollout.data.samples import TrainingSample
 
 if TYPE_CHECKING:
     import torch

@@ -8,7 +8,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from agentenvs.envs.types import Trajectory
-from agentenvs.rollout.samples import TrainingSample, trajectory_to_samples
+from agentenvs.rollout.data.samples import TrainingSample, trajectory_to_samples
 
 T = TypeVar("T")
 
@@ -46,7 +46,7 @@ def one_sample(traj: Trajectory) -> tuple[TrainingSample, int]:
     TRL and verl train on exactly one (prompt, completion) pair per rollout. A
     trajectory whose observations always extend the context is one sample
     already. When a chat template rewrote earlier turns the trajectory splits
-    into several samples (see :mod:`agentenvs.rollout.samples`); then the last one
+    into several samples (see :mod:`agentenvs.rollout.data.samples`); then the last one
     is kept, because it holds the final answer the reward judged, and the number
     of samples left out is returned so callers can report it. (The Tinker and
     PyTRIO hand-offs keep every sample.)

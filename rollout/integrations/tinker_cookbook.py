@@ -58,14 +58,14 @@ from agentenvs.envs.types import (
     TrajectoryGroup,
     Transition,
 )
-from agentenvs.rollout.handoff.tinker import to_cookbook_group
-from agentenvs.rollout.policies.base import Policy, PolicyError, PolicyFactory, policy_for
-from agentenvs.rollout.rollouts import (
+from agentenvs.rollout.collect.rollouts import (
     RolloutSlot,
     check_policy_output,
     current_slot,
     turn_token_cap,
 )
+from agentenvs.rollout.handoff.tinker import to_cookbook_group
+from agentenvs.rollout.policies.base import Policy, PolicyError, PolicyFactory, policy_for
 
 logger = logging.getLogger(__name__)
 
@@ -456,9 +456,9 @@ async def collect_from_cookbook(
     ``agentenvs view OUT`` decodes with the right tokenizer (``spec`` is a local
     directory, a Hub id or ``builtin``). Other keywords go to :func:`collect`.
     """
-    from agentenvs.rollout.collector import collect
-    from agentenvs.rollout.provenance import tokenizer_fingerprint
-    from agentenvs.rollout.store import TrajectoryStore
+    from agentenvs.rollout.collect.collector import collect
+    from agentenvs.rollout.collect.store import TrajectoryStore
+    from agentenvs.rollout.data.provenance import tokenizer_fingerprint
 
     if names is not None and len(names) != len(builders):
         raise ValueError(f"{len(names)} names for {len(builders)} builders")

@@ -136,8 +136,8 @@ def make_rollout_func(
     A group that still fails after ``retries`` stops training with its error:
     TRL needs a completion for every prompt.
     """
-    from agentenvs.rollout.collector import collect
-    from agentenvs.rollout.store import TrajectoryStore
+    from agentenvs.rollout.collect.collector import collect
+    from agentenvs.rollout.collect.store import TrajectoryStore
 
     trajectory_store = TrajectoryStore(store) if store is not None else None
     calls = 0

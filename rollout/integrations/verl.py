@@ -268,7 +268,7 @@ class AgentenvsAgentLoop(_Base):  # type: ignore[misc,valid-type]
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> Any:
         from agentenvs.envs.registry import make
-        from agentenvs.rollout.rollouts import do_single_rollout, turn_token_cap
+        from agentenvs.rollout.collect.rollouts import do_single_rollout, turn_token_cap
 
         task = dict((kwargs.get("extra_info") or {}).get("agentenvs") or {})
         env_name = task.get("env") or self.env_name

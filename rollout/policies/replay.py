@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from agentenvs.envs.types import Env, StopCondition, TokensWithLogprobs, Trajectory
+from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.collect.rollouts import current_slot
+from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies.base import PolicyError
-from agentenvs.rollout.records import GroupRecord
-from agentenvs.rollout.rollouts import current_slot
-from agentenvs.rollout.store import TrajectoryStore
 
 
 class ReplayPolicy:

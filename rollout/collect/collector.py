@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentenvs.envs.types import EnvGroupBuilder
-from agentenvs.rollout.advantages import Estimator, estimator_info, group_advantages
+from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.collect.rollouts import current_group_key, do_group_rollout, first_error
+from agentenvs.rollout.collect.store import TrajectoryStore
+from agentenvs.rollout.data.advantages import Estimator, estimator_info, group_advantages
 from agentenvs.rollout.policies.base import Policy, PolicyFactory
-from agentenvs.rollout.records import GroupRecord
-from agentenvs.rollout.rollouts import current_group_key, do_group_rollout, first_error
-from agentenvs.rollout.store import TrajectoryStore
 
 
 @dataclass

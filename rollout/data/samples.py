@@ -185,7 +185,7 @@ def trajectories_to_samples(
     """Every trajectory of every group as samples, in group then trajectory order.
 
     ``advantages[g][t]`` is trajectory ``t`` of group ``g``'s scalar advantage (see
-    :func:`agentenvs.rollout.advantages.compute_advantages`).
+    :func:`agentenvs.rollout.data.advantages.compute_advantages`).
     """
     _check_advantages(groups, advantages)
     samples: list[TrainingSample] = []

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentenvs.rollout.advantages import Estimator, estimator_info, group_advantages
-from agentenvs.rollout.records import GroupRecord
-from agentenvs.rollout.samples import TrainingSample, trajectory_to_samples
+from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.data.advantages import Estimator, estimator_info, group_advantages
+from agentenvs.rollout.data.samples import TrainingSample, trajectory_to_samples
 
 
 class StaleSamplesError(ValueError):

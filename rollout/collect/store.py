@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentenvs.rollout.records import GroupRecord
+from agentenvs.rollout.collect.records import GroupRecord
 
 logger = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agentenvs.rollout.advantages import ESTIMATORS, group_advantages
-from agentenvs.rollout.records import GroupRecord
-from agentenvs.rollout.samples import TrainingSample, trajectory_to_samples
+from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.data.advantages import ESTIMATORS, group_advantages
+from agentenvs.rollout.data.samples import TrainingSample, trajectory_to_samples
 
 Status = Literal["pass", "fail", "warn", "skip"]
 
@@ -490,7 +490,7 @@ def check_records(
             Finding("re_rendering", "skip", "no tokenizer (pass --tokenizer) to re-render with")
         )
     else:
-        from agentenvs.rollout.template_check import check_template
+        from agentenvs.rollout.inspect.template_check import check_template
 
         extends = check_template(tokenizer).extends
         report.findings += check_re_rendering(ok, tokenizer, extends)
@@ -571,7 +571,7 @@ def check_file(
     """Check a trajectory store or a JSONL samples hand-off; the kind is detected."""
     path = Path(path)
     if file_kind(path) == "trajectories":
-        from agentenvs.rollout.store import TrajectoryStore
+        from agentenvs.rollout.collect.store import TrajectoryStore
 
         records = list(TrajectoryStore(path).read())
         return check_records(

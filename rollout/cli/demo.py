@@ -14,11 +14,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from agentenvs.rollout.cli.common import EXIT_FAILED_GROUPS, friendly_errors, out
 
 REFERENCE_ENV = "guess_number"
 FLAGSHIPS = ("search_r1", "retool", "alfworld")
@@ -61,8 +64,8 @@ def run_one(
     group_size: int,
     group_timeout: float,
 ) -> DemoOutcome:
-    from agentenvs.rollout.cli import run_rollout
-    from agentenvs.rollout.viewer import load_records, render_html
+    from agentenvs.rollout.cli.rollout import run_rollout
+    from agentenvs.rollout.inspect.viewer import load_records, render_html
 
     jsonl = out_dir / f"demo-{env_name}.jsonl"
     html = out_dir / f"demo-{env_name}.html"
@@ -116,7 +119,8 @@ def run_demo(
     group_timeout: float = 60.0,
 ) -> bool:
     """Run the demo; True when every requested env (by default: the reference env) ran."""
-    from agentenvs.rollout.cli import CLIError, load_tokenizer_or_fail, registered_envs
+    from agentenvs.rollout.cli.common import CLIError, load_tokenizer_or_fail
+    from agentenvs.rollout.cli.listing import registered_envs
 
     console = console or Console()
     out_dir = Path(out_dir)
@@ -187,3 +191,16 @@ def outcome_table(outcomes: list[DemoOutcome]) -> Table:
             f"{o.seconds:.1f}s" if o.seconds else "-",
         )
     return table
+
+
+def demo_command(
+    out_dir: Annotated[Path, typer.Option("--out-dir", help="Where files go.")] = Path("out"),
+    envs: Annotated[
+        list[str] | None, typer.Option("--env", help="Only these environments.")
+    ] = None,
+) -> None:
+    """Scripted rollouts of every environment that can run here; summaries and HTML views."""
+    with friendly_errors():
+        ok = run_demo(out_dir, only=envs or None, console=out)
+    if not ok:
+        raise typer.Exit(EXIT_FAILED_GROUPS)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentenvs.envs.types import Trajectory
-from agentenvs.rollout.records import GroupRecord
+from agentenvs.rollout.collect.records import GroupRecord
 
 SpanKind = Literal["prompt", "env", "sampled"]
 TEMPLATE_NAME = "viewer.html.j2"
@@ -391,7 +391,7 @@ def render_html(
     env.filters["fmt"] = _fmt
     env.filters["pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, default=str)
     env.globals["span_html"] = lambda span: Markup(_span_html(span))
-    source_text = files("agentenvs.rollout").joinpath(TEMPLATE_NAME).read_text(encoding="utf-8")
+    source_text = files(__package__).joinpath(TEMPLATE_NAME).read_text(encoding="utf-8")
     template = env.from_string(source_text)
     groups = [group_view(tokenizer, rec, i) for i, rec in select_groups(records, group)]
     return template.render(

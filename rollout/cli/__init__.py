@@ -1,0 +1,104 @@
+"""The ``agentenvs`` command: list environments, collect rollouts, view and check them, demo.
+
+Bad input (an unknown environment, a config key it does not accept, a file that is
+not a trajectory store, a policy server that does not answer) ends with one line
+on stderr and a non-zero exit, never a traceback: the person typing the command
+made a mistake or hit an outage, and the message should say which.
+
+Exit codes: 0 success, 1 the run happened but groups failed, 2 bad input.
+Heavy imports happen inside the commands so ``agentenvs --help`` stays instant.
+
+One module per command group (``listing``, ``rollout``, ``view``, ``check``, ``demo``); this
+module makes the app and registers their commands in the order ``--help`` shows them.
+Shared parsing and error handling live in ``common``.
+The sandbox and retriever command groups live with their packages and are mounted here.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+from agentenvs.rollout.cli import check, demo, listing, rollout, view
+from agentenvs.rollout.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED_GROUPS,
+    CLIError,
+    friendly_errors,
+    load_tokenizer_or_fail,
+    parse_assignments,
+    parse_value,
+)
+from agentenvs.rollout.cli.listing import EnvRow, registered_envs
+from agentenvs.rollout.cli.rollout import RolloutRun, run_rollout
+
+# Environments whose modules do not import are reported by ``agentenvs list`` and the
+# demo; the registry's import-time warning about them would only repeat that.
+logging.getLogger("agentenvs.envs.registry").setLevel(logging.ERROR)
+
+app = typer.Typer(
+    name="agentenvs",
+    help="Multi-turn agent environments for LLM RL: list, roll out, view, demo.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.command("list")(listing.list_command)
+app.command("rollout")(rollout.rollout_command)
+app.command("view")(view.view_command)
+app.command("check")(check.check_command)
+app.command("check-template")(check.check_template_command)
+app.command("demo")(demo.demo_command)
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_FAILED_GROUPS",
+    "SUBAPPS",
+    "CLIError",
+    "EnvRow",
+    "RolloutRun",
+    "app",
+    "friendly_errors",
+    "load_tokenizer_or_fail",
+    "main",
+    "mount_subapps",
+    "parse_assignments",
+    "parse_value",
+    "registered_envs",
+    "run_rollout",
+]
+
+# ---- optional sub-apps ---------------------------------------------------------------------------
+
+SUBAPPS = {
+    "sandbox": "agentenvs.sandbox.cli",
+    "retriever": "agentenvs.envs.search_r1.cli",
+}
+
+
+def mount_subapps(main_app: typer.Typer) -> list[str]:
+    """Mount other parts' command groups when their modules import (skipped when absent)."""
+    import importlib
+
+    mounted = []
+    for name, module_name in SUBAPPS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:
+            continue
+        sub = getattr(module, "app", None)
+        if isinstance(sub, typer.Typer):
+            main_app.add_typer(sub, name=name)
+            mounted.append(name)
+    return mounted
+
+
+mount_subapps(app)
+
+
+def main() -> None:
+    """The ``agentenvs`` console script."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    app()

@@ -1,0 +1,287 @@
+"""``agentenvs rollout``: collect GROUPS x GROUP_SIZE episodes into a resumable store, and
+:func:`run_rollout`, the same run callable from Python (the demo uses it)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+
+from agentenvs.rollout.cli.common import (
+    EXIT_FAILED_GROUPS,
+    CLIError,
+    fail,
+    friendly_errors,
+    load_tokenizer_or_fail,
+    one_line,
+    out,
+    parse_assignments,
+    resolve_tokenizer_spec,
+)
+
+if TYPE_CHECKING:
+    from agentenvs.envs.config import EnvConfig
+    from agentenvs.rollout.collect.collector import CollectionResult
+
+
+@dataclass
+class RolloutRun:
+    env_name: str
+    config: EnvConfig
+    result: CollectionResult
+    summary: dict[str, Any]
+    out: Path
+
+
+def make_policy_or_fail(name: str, options: dict[str, Any]) -> Any:
+    from agentenvs.rollout.policies import make_policy
+
+    try:
+        return make_policy(name, **options)
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        raise CLIError(one_line(str(error))) from None
+
+
+def run_provenance(
+    *,
+    tokenizer: Any,
+    tokenizer_spec: str,
+    env_name: str,
+    config: EnvConfig,
+    policy: Any,
+    policy_name: str,
+    policy_options: dict[str, Any],
+) -> dict[str, Any]:
+    """What produced the run: tokenizer, template, renderer, env and config, policy."""
+    from agentenvs.rollout.collect.collector import policy_provenance
+    from agentenvs.rollout.data.provenance import PolicyIdentity, SamplingSettings, build_provenance
+
+    described = policy_provenance(policy)
+    plain_options = {
+        k: v for k, v in policy_options.items() if isinstance(v, str | int | float | bool | None)
+    }
+    record = build_provenance(
+        tokenizer=tokenizer,
+        env_name=env_name,
+        env_config=config,
+        policy=PolicyIdentity(
+            kind=policy_name,
+            model=_str_or_none(described.get("model")),
+            url=_str_or_none(described.get("url")),
+            weights_version=described.get("weights_version"),
+            options={**plain_options, **{k: v for k, v in described.items() if k != "policy"}},
+        ),
+        sampling=SamplingSettings(
+            temperature=described.get("temperature"),
+            top_p=described.get("top_p"),
+            max_tokens=described.get("max_tokens"),
+            seed=described.get("seed"),
+        ),
+    )
+    record["tokenizer"]["spec"] = tokenizer_spec  # how `agentenvs view` reloads it
+    return record
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def run_rollout(
+    env_name: str,
+    *,
+    config_overrides: dict[str, Any] | None = None,
+    tokenizer_spec: str | None = None,
+    policy_name: str = "scripted",
+    policy_options: dict[str, Any] | None = None,
+    groups: int = 4,
+    group_size: int = 2,
+    concurrency: int = 8,
+    out_path: str | Path,
+    retries: int = 1,
+    group_timeout: float | None = None,
+    split: str = "train",
+    progress: bool = True,
+    tokenizer: Any = None,
+) -> RolloutRun:
+    """What ``agentenvs rollout`` does, callable from Python (the demo uses it)."""
+    from agentenvs.envs.registry import make
+    from agentenvs.rollout.collect.collector import collect, summarize
+    from agentenvs.rollout.collect.store import TrajectoryStore
+
+    for name, value, low in (("groups", groups, 1), ("group-size", group_size, 1)):
+        if value < low:
+            raise CLIError(f"--{name} must be at least {low}, got {value}")
+    if concurrency < 1:
+        raise CLIError(f"--concurrency must be at least 1, got {concurrency}")
+    if retries < 0:
+        raise CLIError(f"--retries must be 0 or more, got {retries}")
+    if group_timeout is not None and group_timeout <= 0:
+        raise CLIError(f"--group-timeout must be positive, got {group_timeout}")
+    config = make(env_name, **(config_overrides or {}))
+    options = dict(policy_options or {})
+    spec = resolve_tokenizer_spec(tokenizer_spec, policy_name, options)
+    if tokenizer is None:
+        tokenizer = load_tokenizer_or_fail(spec)
+    if policy_name in ("hf", "openai", "interactive") and "tokenizer" not in options:
+        options["tokenizer"] = tokenizer  # the policy must tokenize as the env renders
+    policy = make_policy_or_fail(policy_name, options)
+    try:
+        dataset = config.dataset(tokenizer, group_size=group_size, n_groups=groups, split=split)
+    except ValueError as error:
+        raise CLIError(one_line(str(error))) from None
+    builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
+    provenance = run_provenance(
+        tokenizer=tokenizer,
+        tokenizer_spec=spec,
+        env_name=env_name,
+        config=config,
+        policy=policy,
+        policy_name=policy_name,
+        policy_options=options,
+    )
+    out_path = Path(out_path)
+
+    async def go() -> CollectionResult:
+        try:
+            return await collect(
+                builders,
+                policy,
+                concurrency=concurrency,
+                retries=retries,
+                group_timeout=group_timeout,
+                store=TrajectoryStore(out_path),
+                env_name=env_name,
+                env_config=config.model_dump(mode="json"),
+                provenance=provenance,
+                progress=progress,
+            )
+        finally:
+            close = getattr(policy, "aclose", None)
+            if callable(close):
+                await close()
+
+    result = asyncio.run(go())
+    summary = {**summarize(result.records), "skipped": result.skipped, "out": str(out_path)}
+    return RolloutRun(env_name, config, result, summary, out_path)
+
+
+def summary_table(summary: dict[str, Any], title: str = "rollout summary") -> Table:
+    table = Table(title=title, show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("")
+    for key in ("groups", "ok", "failed", "skipped", "trajectories", "mean_reward"):
+        if key in summary:
+            value = summary[key]
+            table.add_row(
+                key.replace("_", " "), f"{value:.4f}" if isinstance(value, float) else str(value)
+            )
+    for key in ("mean_turns", "tokens_sampled", "retried_groups"):
+        if key in summary:
+            value = summary[key]
+            table.add_row(
+                key.replace("_", " "), f"{value:.2f}" if isinstance(value, float) else str(value)
+            )
+    stops = summary.get("stop_reasons") or {}
+    table.add_row("stop reasons", ", ".join(f"{k}: {v}" for k, v in stops.items()) or "-")
+    if "out" in summary:
+        table.add_row("written to", str(summary["out"]))
+    return table
+
+
+def rollout_command(
+    env: Annotated[str, typer.Argument(help="Registered environment name (see `agentenvs list`).")],
+    policy: Annotated[
+        str, typer.Option(help="scripted, replay, interactive, hf or openai.")
+    ] = "scripted",
+    groups: Annotated[int, typer.Option(help="How many groups (tasks) to run.")] = 8,
+    group_size: Annotated[int, typer.Option(help="Episodes per group (GRPO's G).")] = 4,
+    concurrency: Annotated[int, typer.Option(help="Groups in flight at once.")] = 8,
+    out_file: Annotated[
+        Path | None,
+        typer.Option("--out", help="Trajectory JSONL; reruns resume. Default out/<env>.jsonl."),
+    ] = None,
+    sets: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Env config key=value (JSON values; dotted keys nest).",
+        ),
+    ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="builtin or a local Hugging Face tokenizer directory."),
+    ] = None,
+    renderer: Annotated[
+        str | None, typer.Option(help="continuation or chat (default: the env's own).")
+    ] = None,
+    retries: Annotated[int, typer.Option(help="Extra attempts per group, with fresh envs.")] = 1,
+    group_timeout: Annotated[
+        float | None, typer.Option(help="Seconds before a group attempt is abandoned.")
+    ] = None,
+    policy_opts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--policy-opt", metavar="KEY=VALUE", help="Policy option key=value, e.g. url=http://..."
+        ),
+    ] = None,
+    split: Annotated[str, typer.Option(help="Dataset split.")] = "train",
+    json_summary: Annotated[
+        bool, typer.Option("--json-summary", help="Print one JSON line instead of the table.")
+    ] = False,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    sandbox: Annotated[
+        str | None,
+        typer.Option(
+            help="Sandbox backend for envs that run code (local, docker, sandboxfusion); "
+            "short for --set sandbox.backend=..."
+        ),
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(help="SandboxFusion URL with --sandbox sandboxfusion (sandbox.url)."),
+    ] = None,
+) -> None:
+    """Run GROUPS groups of GROUP_SIZE episodes of ENV with a policy; store them as JSONL."""
+    with friendly_errors():
+        sandbox_sets = [f"sandbox.backend={sandbox}"] if sandbox else []
+        if url:
+            sandbox_sets.append(f"sandbox.url={url}")
+        overrides = parse_assignments([*(sets or []), *sandbox_sets], "--set")
+        if renderer is not None:
+            overrides["renderer"] = renderer
+        options = parse_assignments(policy_opts or [], "--policy-opt")
+        run = run_rollout(
+            env,
+            config_overrides=overrides,
+            tokenizer_spec=tokenizer,
+            policy_name=policy,
+            policy_options=options,
+            groups=groups,
+            group_size=group_size,
+            concurrency=concurrency,
+            out_path=out_file or Path("out") / f"{env}.jsonl",
+            retries=retries,
+            group_timeout=group_timeout,
+            split=split,
+            progress=not no_progress and not json_summary,
+        )
+    if json_summary:
+        sys.stdout.write(json.dumps(run.summary, sort_keys=True) + "\n")
+        sys.stdout.flush()
+    else:
+        out.print(summary_table(run.summary, f"{env}: {policy} policy"))
+    failed = run.result.failed
+    if failed:
+        first = one_line(failed[0].error or "unknown error")
+        raise fail(
+            f"{len(failed)} of {len(run.result.records)} groups failed "
+            f"(stored as failed; a rerun retries them). First: {first}",
+            EXIT_FAILED_GROUPS,
+        )

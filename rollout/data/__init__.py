@@ -1,0 +1,1 @@
+"""Turning trajectories into training data: samples, advantages, provenance, data from a store."""

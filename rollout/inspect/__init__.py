@@ -1,0 +1,1 @@
+"""Looking at a run before training on it: ``check``, the chat-template check, the viewer."""
