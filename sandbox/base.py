@@ -9,6 +9,7 @@ broken sandbox (it cannot run anything at all) is reported as ``sandbox_error``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import TracebackType
@@ -40,6 +41,10 @@ class ExecResult:
     stderr_truncated: bool = False
     message: str = ""
     """Why, for anything but ``ok`` (the sandbox's words, not the program's)."""
+    files: dict[str, bytes] = field(default_factory=dict)
+    """Fetched files (``fetch_files``): only those that existed as regular files within the
+    limits, read by the sandbox outside the program's process, so a program cannot forge
+    them by printing a marker."""
 
     @property
     def ok(self) -> bool:
@@ -138,8 +143,17 @@ class Sandbox(ABC):
         timeout: float | None = None,
         memory_limit_mb: int | None = None,
         stdin: str | None = None,
+        files: Mapping[str, bytes] | None = None,
+        fetch_files: Sequence[str] = (),
+        language: str = "python",
     ) -> ExecResult:
-        """Run one program in a fresh process; no state survives it."""
+        """Run one program in a fresh process; no state survives it.
+
+        ``files`` are written into the work dir before the program starts (paths relative
+        to it); ``fetch_files`` are read back after it ended, into ``ExecResult.files``.
+        ``language`` is ``"python"`` or ``"bash"`` (same limits, same isolation); any
+        other is a ``sandbox_error`` result.
+        """
 
     async def _refuse_or_start(self, *, closed: bool) -> ExecResult | None:
         """Start on first use; return the ``SANDBOX_ERROR`` result ``run`` should give instead.

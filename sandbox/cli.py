@@ -75,8 +75,20 @@ def serve_command(
         str, typer.Option(help="Backend that runs the code: local or docker.")
     ] = "local",
     pool_size: Annotated[int, typer.Option(help="Warm workers (executions at once).")] = 2,
-    timeout: Annotated[float, typer.Option(help="Default wall seconds per execution.")] = 10.0,
-    memory_mb: Annotated[int, typer.Option(help="Default memory limit per execution (MB).")] = 1024,
+    timeout: Annotated[
+        float,
+        typer.Option(help="Wall seconds per execution: the default and the most a request gets."),
+    ] = 10.0,
+    memory_mb: Annotated[
+        int,
+        typer.Option(help="Memory per execution (MB): the default and the most a request gets."),
+    ] = 1024,
+    max_output_kb: Annotated[
+        int,
+        typer.Option(
+            help="Output cap per stream (KiB); a program passing it is stopped (status Failed)."
+        ),
+    ] = 1024,
     require: Annotated[
         list[str] | None,
         typer.Option(
@@ -87,7 +99,8 @@ def serve_command(
     """Serve SandboxFusion's POST /run_code (and /v1/ping) over this machine's sandbox.
 
     Existing SandboxFusion clients (verl, the sandbox-fusion package) work unchanged:
-    point them at http://HOST:PORT.
+    point them at http://HOST:PORT. A request may lower the limits above, never raise
+    them (docs/sandbox_server.md).
     """
     from agentenvs.sandbox.base import SandboxConfig
     from agentenvs.sandbox.server import serve
@@ -100,6 +113,7 @@ def serve_command(
         pool_size=pool_size,
         timeout=timeout,
         memory_limit_mb=memory_mb,
+        max_output_bytes=max_output_kb * 1024,
         min_isolation=list(require or []),
         show_last_expression=False,
     )

@@ -12,6 +12,12 @@ so does ``agentenvs sandbox serve`` (:mod:`agentenvs.sandbox.server`). The wire 
   ``TimeLimitExceeded``, ``execution_time``, ``return_code``, ``stdout``, ``stderr``),
   ``files``.
 
+``run(..., files=, fetch_files=, language=)`` map to ``files`` (base64), ``fetch_files``
+(decoded back into ``ExecResult.files``) and ``language`` (``"python"`` sends the
+client's own ``language``). Against ``agentenvs sandbox serve`` the answer's ``agentenvs``
+extension gives the exact status (memory and output-limit stops, which SandboxFusion folds
+into ``Failed``).
+
 What this client adds: a bound on requests in flight (``max_concurrency``), an HTTP
 timeout derived from the run timeout, retries with exponential backoff and jitter only
 where repeating is harmless (the server was not reached, or answered 5xx/429: a
@@ -25,10 +31,13 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import base64
+import binascii
 import contextlib
 import io
 import random
 import tokenize
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -118,11 +127,12 @@ def replay_program(cells: list[str], code: str) -> str:
     )
 
 
-def _cap(text: str | None, limit: int) -> tuple[str, bool]:
+def cap_utf8(text: str | None, limit: int) -> tuple[str, bool]:
+    """``text`` cut to at most ``limit`` UTF-8 bytes (never mid-character), and whether it was."""
     data = (text or "").encode("utf-8", errors="replace")
     if len(data) <= limit:
         return text or "", False
-    return data[:limit].decode("utf-8", errors="replace"), True
+    return data[:limit].decode("utf-8", errors="ignore"), True
 
 
 def to_exec_result(body: dict[str, Any], *, max_output_bytes: int) -> ExecResult:
@@ -131,8 +141,8 @@ def to_exec_result(body: dict[str, Any], *, max_output_bytes: int) -> ExecResult
     message = str(body.get("message") or "")
     run = body.get("run_result") or {}
     compile_result = body.get("compile_result") or {}
-    stdout, out_cut = _cap(run.get("stdout"), max_output_bytes)
-    stderr, err_cut = _cap(run.get("stderr") or compile_result.get("stderr"), max_output_bytes)
+    stdout, out_cut = cap_utf8(run.get("stdout"), max_output_bytes)
+    stderr, err_cut = cap_utf8(run.get("stderr") or compile_result.get("stderr"), max_output_bytes)
     result = ExecResult(
         status=ExecStatus.OK,
         stdout=stdout,
@@ -167,11 +177,46 @@ def to_exec_result(body: dict[str, Any], *, max_output_bytes: int) -> ExecResult
         else:
             result.status = ExecStatus.ERROR
             result.message = message or f"exited with code {run.get('return_code')}"
+    _apply_server_report(result, body.get("agentenvs"))
     if result.status in (ExecStatus.OK, ExecStatus.ERROR) and (out_cut or err_cut):
         which = " and ".join(n for n, cut in (("stdout", out_cut), ("stderr", err_cut)) if cut)
         result.status = ExecStatus.OUTPUT_LIMIT
         result.message = f"{which} exceeded {max_output_bytes} bytes (cut by the client)"
     return result
+
+
+def fetched_files(body: dict[str, Any], asked: list[str]) -> dict[str, bytes]:
+    """The response's ``files`` that were asked for and decode as base64 (others dropped)."""
+    files = body.get("files")
+    if not isinstance(files, dict):
+        return {}
+    out = {}
+    for path in asked:
+        content = files.get(path)
+        if isinstance(content, str):
+            with contextlib.suppress(binascii.Error, ValueError):
+                out[path] = base64.b64decode(content, validate=True)
+    return out
+
+
+def _apply_server_report(result: ExecResult, report: object) -> None:
+    """An agentenvs server says what happened in our own terms (``agentenvs``): use it.
+
+    Why: SandboxFusion's contract folds memory and output-limit stops into ``Failed``
+    with an empty ``message``; the extension keeps them apart. Other servers omit it.
+    """
+    if not isinstance(report, dict):
+        return
+    try:
+        status = ExecStatus(report.get("status"))
+    except ValueError:
+        return
+    if result.status == ExecStatus.SANDBOX_ERROR and status != ExecStatus.SANDBOX_ERROR:
+        return  # the wire says the sandbox failed: never report less than that
+    result.status = status
+    result.message = str(report.get("message") or result.message)
+    result.stdout_truncated |= bool(report.get("stdout_truncated"))
+    result.stderr_truncated |= bool(report.get("stderr_truncated"))
 
 
 class SandboxFusionSandbox(Sandbox):
@@ -282,11 +327,20 @@ class SandboxFusionSandbox(Sandbox):
         timeout: float | None = None,
         memory_limit_mb: int | None = None,
         stdin: str | None = None,
+        files: Mapping[str, bytes] | None = None,
+        fetch_files: Sequence[str] = (),
+        language: str = "python",
     ) -> ExecResult:
-        if self.config.show_last_expression:
+        if self.config.show_last_expression and language == "python":
             code = show_last_expression(code)
         return await self.run_raw(
-            code, timeout=timeout, memory_limit_mb=memory_limit_mb, stdin=stdin
+            code,
+            timeout=timeout,
+            memory_limit_mb=memory_limit_mb,
+            stdin=stdin,
+            files=files,
+            fetch_files=fetch_files,
+            language=language,
         )
 
     async def run_raw(
@@ -296,27 +350,38 @@ class SandboxFusionSandbox(Sandbox):
         timeout: float | None = None,
         memory_limit_mb: int | None = None,
         stdin: str | None = None,
+        files: Mapping[str, bytes] | None = None,
+        fetch_files: Sequence[str] = (),
+        language: str | None = None,
     ) -> ExecResult:
-        """Send ``code`` as it is (no display transform) and map the answer."""
+        """Send ``code`` as it is (no display transform) and map the answer.
+
+        ``language`` ``"python"`` (the default) is sent as the ``language`` this client
+        was built with, so a client made for another SandboxFusion mode keeps it.
+        """
         if (refusal := await self._refuse_or_start(closed=self._closed)) is not None:
             return refusal
         timeout = float(timeout or self.config.timeout)
         payload = {
             "code": code,
-            "language": self.language,
+            "language": self.language if language in (None, "python") else language,
             "compile_timeout": timeout,
             "run_timeout": timeout,
             "memory_limit_MB": int(memory_limit_mb or self.config.memory_limit_mb),
             "stdin": stdin,
-            "files": {},
-            "fetch_files": [],
+            "files": {
+                path: base64.b64encode(data).decode() for path, data in (files or {}).items()
+            },
+            "fetch_files": list(fetch_files),
         }
         assert self._limit is not None
         async with self._limit:
             body = await self._post(payload, http_timeout=timeout + self.http_slack)
         if isinstance(body, ExecResult):
             return body
-        return to_exec_result(body, max_output_bytes=self.config.max_output_bytes)
+        result = to_exec_result(body, max_output_bytes=self.config.max_output_bytes)
+        result.files = fetched_files(body, list(fetch_files))
+        return result
 
     async def _post(self, payload: dict, *, http_timeout: float) -> dict | ExecResult:
         assert self._client is not None

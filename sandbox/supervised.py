@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import math
 import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Self, TypeVar
 
@@ -33,6 +34,7 @@ from agentenvs.sandbox.base import (
     Session,
 )
 from agentenvs.sandbox.capabilities import enforce_minimum, run_sync
+from agentenvs.sandbox.local.files import decode_files, encode_files, request_problem
 
 MB = 1024 * 1024
 REQUEST_GRACE_SECONDS = 10.0
@@ -88,6 +90,7 @@ def to_exec_result(
         stdout_truncated=bool(response.get("stdout_truncated", False)),
         stderr_truncated=bool(response.get("stderr_truncated", False)),
         message=message,
+        files=decode_files(response),
     )
 
 
@@ -217,6 +220,10 @@ class SupervisedSandbox(Sandbox, Generic[W]):
         timeout: float | None,
         memory_limit_mb: int | None,
         stdin: str | None,
+        *,
+        files: Mapping[str, bytes] | None = None,
+        fetch_files: Sequence[str] = (),
+        language: str = "python",
     ) -> tuple[dict, dict]:
         limits = self._limits(timeout=timeout, memory_limit_mb=memory_limit_mb)
         request = {
@@ -225,8 +232,47 @@ class SupervisedSandbox(Sandbox, Generic[W]):
             "limits": limits,
             "stdin": stdin,
             "show_last": self.config.show_last_expression,
+            "language": language,
         }
+        if files:
+            request["files"] = encode_files(files)
+        if fetch_files:
+            request["fetch_files"] = list(fetch_files)
         return request, limits
+
+    @staticmethod
+    def _refuse_arguments(
+        files: Mapping[str, bytes] | None, fetch_files: Sequence[str], language: str
+    ) -> ExecResult | None:
+        """A malformed ``files``/``fetch_files``/``language`` as a result, not an exception."""
+        problem = request_problem(files, fetch_files, language)
+        return ExecResult(ExecStatus.SANDBOX_ERROR, message=problem) if problem else None
+
+    def _release_slot(self, slot: Slot[W]) -> None:
+        """Give a slot back; a worker to recycle is replaced first, off the request path.
+
+        Issue class 8: when a run leaves its worker unfit (a wipe too costly, a reset
+        that could not be proven), the next request must not pay for the replacement.
+        The slot stays out of the idle queue while a fresh worker starts in the
+        background, and other slots serve meanwhile.
+        """
+        assert self._idle is not None
+        worker = slot.worker
+        if self._closed or (worker is not None and worker.alive and not worker.recycle):  # type: ignore[attr-defined]
+            self._idle.put_nowait(slot)
+            return
+
+        async def replace() -> None:
+            try:
+                with contextlib.suppress(WorkerStartError):
+                    await self._ready_worker(slot)
+            finally:
+                assert self._idle is not None
+                self._idle.put_nowait(slot)
+
+        task = asyncio.ensure_future(replace())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _ready_worker(self, slot: Slot[W]) -> W:
         if self._closed:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -64,3 +65,53 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.log.unlink(missing_ok=True)
+
+
+def started_or_skip(*args: str) -> ServerProcess:
+    """A ready server, or a pytest skip naming why the local sandbox cannot run here."""
+    import pytest
+
+    proc = ServerProcess(*args)
+    try:
+        proc.wait_ready()
+    except RuntimeError as exc:
+        proc.stop()
+        if "unavailable" in str(exc) or "cannot start" in str(exc):
+            pytest.skip(f"the local sandbox cannot run here: {exc}")
+        raise
+    return proc
+
+
+def post_run_code(url: str, body: object, *, expect: int = 200) -> dict:
+    """POST ``body`` (any JSON, even malformed) to ``/run_code``; check the HTTP status."""
+    import json
+
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    response = httpx.post(
+        f"{url}/run_code",
+        content=data,
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+    assert response.status_code == expect, (response.status_code, response.text[:2000])
+    return response.json()
+
+
+def module_server(*args: str):
+    """A module-scoped ``server`` fixture: ``server = module_server("--timeout", "5")``."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def server() -> Iterator[ServerProcess]:
+        proc = started_or_skip(*args)
+        try:
+            yield proc
+        finally:
+            proc.stop()
+
+    return server
+
+
+def run_python(server: ServerProcess, code: str, **fields: object) -> dict:
+    """``/run_code`` with Python ``code`` and any other fields; the 200 answer's body."""
+    return post_run_code(server.url, {"code": code, "language": "python", **fields})

@@ -155,6 +155,32 @@ RUN_OK = {
             ExecStatus.ERROR,
         ),
         ({"status": "Success", "message": ""}, ExecStatus.SANDBOX_ERROR),
+        (  # an agentenvs server's extension tells an output-limit stop from an error
+            {
+                "status": "Failed",
+                "message": "",
+                "run_result": {**RUN_OK, "return_code": 1},
+                "agentenvs": {"status": "output_limit", "message": "stdout passed the cap"},
+            },
+            ExecStatus.OUTPUT_LIMIT,
+        ),
+        (  # ... and never turns a sandbox error into less
+            {
+                "status": "SandboxError",
+                "message": "worker lost",
+                "agentenvs": {"status": "ok", "message": ""},
+            },
+            ExecStatus.SANDBOX_ERROR,
+        ),
+        (  # an unknown status in the extension is ignored
+            {
+                "status": "Success",
+                "message": "",
+                "run_result": RUN_OK,
+                "agentenvs": {"status": "?"},
+            },
+            ExecStatus.OK,
+        ),
     ],
 )
 def test_response_mapping(body: dict, status: ExecStatus) -> None:

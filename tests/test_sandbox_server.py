@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 import pytest_asyncio
-from sandbox_server_helpers import ServerProcess
+from sandbox_server_helpers import ServerProcess, module_server, post_run_code
 
 from agentenvs.sandbox import ExecStatus, SandboxConfig, SandboxUnavailable, create
 from agentenvs.sandbox.sandboxfusion import SandboxFusionSandbox
@@ -23,19 +23,7 @@ from agentenvs.sandbox.sandboxfusion import SandboxFusionSandbox
 SERVE_ARGS = ("--backend", "local", "--pool-size", "2", "--timeout", "5", "--memory-mb", "256")
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[ServerProcess]:
-    proc = ServerProcess(*SERVE_ARGS)
-    try:
-        try:
-            proc.wait_ready()
-        except RuntimeError as exc:
-            if "unavailable" in str(exc) or "cannot start" in str(exc):
-                pytest.skip(f"the local sandbox cannot run here: {exc}")
-            raise
-        yield proc
-    finally:
-        proc.stop()
+server = module_server(*SERVE_ARGS)
 
 
 @pytest_asyncio.fixture
@@ -150,8 +138,8 @@ def test_memory_limit_and_unsupported_language(server: ServerProcess) -> None:
     )
     assert body["status"] == "Failed" and "MemoryError" in body["run_result"]["stderr"], body
     assert body["run_result"]["return_code"] != 0
-    other = post(server, code="console.log(1)", language="nodejs")
-    assert other["status"] == "SandboxError" and "nodejs" in other["message"]
+    other = post_run_code(server.url, {"code": "console.log(1)", "language": "nodejs"}, expect=422)
+    assert other["detail"][0]["field"] == "language" and "nodejs" in other["message"]
 
 
 def test_files_in_and_out(server: ServerProcess) -> None:
@@ -167,8 +155,10 @@ def test_files_in_and_out(server: ServerProcess) -> None:
     assert body["run_result"]["stdout"] == "ok\n" and body["run_result"]["stderr"] == ""
     assert base64.b64decode(body["files"]["out.txt"]) == b"7"
     assert "missing.txt" not in body["files"]
-    escape = post(server, code="pass", language="python", files={"../x": data})
-    assert escape["status"] == "SandboxError" and "inside the work dir" in escape["message"]
+    escape = post_run_code(
+        server.url, {"code": "pass", "language": "python", "files": {"../x": data}}, expect=422
+    )
+    assert escape["detail"][0]["field"] == "files" and "inside the work dir" in escape["message"]
 
 
 # --------------------------------------------------------------------------- our client, our server
@@ -185,6 +175,19 @@ async def test_our_client_against_our_server(client: SandboxFusionSandbox) -> No
     assert memory.status == ExecStatus.MEMORY
     echoed = await client.run("print(input())", stdin="hi")
     assert echoed.stdout == "hi\n"
+
+
+async def test_our_client_sends_files_and_bash(client: SandboxFusionSandbox) -> None:
+    result = await client.run(
+        "open('out.bin', 'wb').write(open('in.bin', 'rb').read()[::-1])",
+        files={"in.bin": b"\x00\x01\xff"},
+        fetch_files=["out.bin", "missing"],
+    )
+    assert result.ok, result
+    assert result.files == {"out.bin": b"\xff\x01\x00"}
+    shell = await client.run("echo $((6 * 7)); echo oops >&2; exit 2", language="bash")
+    assert shell.status == ExecStatus.ERROR and shell.return_code == 2
+    assert shell.stdout == "42\n" and shell.stderr == "oops\n"
 
 
 async def test_client_caps_output(server: ServerProcess) -> None:

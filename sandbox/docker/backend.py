@@ -21,6 +21,7 @@ import os
 import platform
 import socket
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from agentenvs.sandbox.base import (
@@ -305,10 +306,23 @@ class DockerSandbox(SupervisedSandbox[ContainerWorker]):
         timeout: float | None = None,
         memory_limit_mb: int | None = None,
         stdin: str | None = None,
+        files: Mapping[str, bytes] | None = None,
+        fetch_files: Sequence[str] = (),
+        language: str = "python",
     ) -> ExecResult:
+        if (refusal := self._refuse_arguments(files, fetch_files, language)) is not None:
+            return refusal
         if (refusal := await self._refuse_or_start(closed=self._closed)) is not None:
             return refusal
-        request, limits = self._run_request(code, timeout, memory_limit_mb, stdin)
+        request, limits = self._run_request(
+            code,
+            timeout,
+            memory_limit_mb,
+            stdin,
+            files=files,
+            fetch_files=fetch_files,
+            language=language,
+        )
         try:
             if self.mode == "per_call":
                 return await self._run_per_call(request, limits)
@@ -317,7 +331,7 @@ class DockerSandbox(SupervisedSandbox[ContainerWorker]):
             try:
                 return await self._run_in_slot(slot, request, limits)
             finally:
-                self._idle.put_nowait(slot)
+                self._release_slot(slot)
         finally:
             self.stats["runs"] += 1
 

@@ -12,9 +12,11 @@ podman's Docker-compatible service supports too):
   could ever be compiled at run time) but without their own test suites;
 - the shared libraries all of the above link against (the ``ldd`` closure), with the
   symlink chains that lead to them (``/etc/alternatives`` for BLAS/LAPACK);
+- Debian's ``bash`` and a few coreutils, for ``language="bash"`` (run by the same
+  supervisor, under the same restrictions as Python);
 - a synthetic ``/etc/passwd``, ``/etc/group`` and empty mount points.
 
-No shell, no package manager, no compiler: ~140 MB. The image carries a label with a
+No package manager, no compiler: ~145 MB. The image carries a label with a
 hash of its recipe and of every source file's path, size and mtime; :func:`ensure_image`
 skips the build when an image with the same hash already exists, so rebuilding after a
 Debian package upgrade happens by itself.
@@ -44,7 +46,7 @@ from typing import Any
 
 IMAGE_TAG = "agentenvs-sandbox:latest"
 HASH_LABEL = "io.agentenvs.sandbox.content-hash"
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "3"
 """Bump when the recipe below changes in a way file metadata cannot show."""
 
 HOST_PYTHON = "/usr/bin/python3.11"
@@ -64,6 +66,44 @@ STDLIB_EXCLUDE = {
 }
 PACKAGE_EXCLUDE = {"tests", "benchmarks"}
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+SHELL_TOOLS = (
+    "/usr/bin/bash",
+    *(
+        f"/usr/bin/{name}"
+        for name in (
+            "cat",
+            "echo",
+            "ls",
+            "wc",
+            "head",
+            "tail",
+            "sort",
+            "uniq",
+            "tr",
+            "cut",
+            "seq",
+            "printf",
+            "sleep",
+            "true",
+            "false",
+            "env",
+            "mkdir",
+            "rm",
+            "cp",
+            "mv",
+            "touch",
+            "grep",
+            "sed",
+            "tee",
+            "expr",
+            "basename",
+            "dirname",
+            "date",
+        )
+    ),
+)
+"""``language="bash"``: the shell and the commands scripts most often call."""
+C_LOCALE = "/usr/lib/locale/C.utf8"
 
 ETC_FILES = {
     # No root entry: nothing in the image runs as root, and its absence makes a leaked
@@ -219,7 +259,12 @@ def plan_rootfs(
         plan.add_host_path(path, exclude=PACKAGE_EXCLUDE)
         for meta in sorted(Path(packages_dir).glob(f"{package}-*.*-info")):
             plan.add_host_path(meta)
-    binaries = [python, *plan.shared_objects()]
+    tools = [tool for tool in SHELL_TOOLS if os.access(tool, os.X_OK)]
+    for tool in tools:
+        plan.add_host_path(tool)
+    if tools and os.path.isdir(C_LOCALE):
+        plan.add_host_path(C_LOCALE)  # bash warns on every run without it (LC_ALL=C.UTF-8)
+    binaries = [python, *tools, *plan.shared_objects()]
     for library in sorted(linked_libraries(binaries)):
         plan.add_host_path(library)
     for arcname, content in ETC_FILES.items():

@@ -11,6 +11,7 @@ its earlier successful cells on a fresh one, and says so.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 
 from agentenvs.sandbox.base import (
     Capabilities,
@@ -191,21 +192,34 @@ class LocalSandbox(SupervisedSandbox[Worker]):
         timeout: float | None = None,
         memory_limit_mb: int | None = None,
         stdin: str | None = None,
+        files: Mapping[str, bytes] | None = None,
+        fetch_files: Sequence[str] = (),
+        language: str = "python",
     ) -> ExecResult:
         if self._closed:
             return ExecResult(ExecStatus.SANDBOX_ERROR, message="the sandbox is closed")
+        if (refusal := self._refuse_arguments(files, fetch_files, language)) is not None:
+            return refusal
         await self.start()
         assert self._idle is not None
         slot = await self._idle.get()
         self.stats["busy"] += 1
         self.stats["max_busy"] = max(self.stats["max_busy"], self.stats["busy"])
         try:
-            request, limits = self._run_request(code, timeout, memory_limit_mb, stdin)
+            request, limits = self._run_request(
+                code,
+                timeout,
+                memory_limit_mb,
+                stdin,
+                files=files,
+                fetch_files=fetch_files,
+                language=language,
+            )
             return await self._run_in_slot(slot, request, limits)
         finally:
             self.stats["busy"] -= 1
             self.stats["runs"] += 1
-            self._idle.put_nowait(slot)
+            self._release_slot(slot)
 
     def _oom_count(self, worker: Worker) -> int | None:
         return worker.cgroup.oom_kills() if worker.cgroup is not None else None

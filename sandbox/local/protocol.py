@@ -1,8 +1,8 @@
-"""Host side of the warm-worker wire protocol (see ``supervisor.py`` for the other side).
+"""Host side of the warm-worker wire protocol (the ``supervisor`` package is the other side).
 
 Frames are a 4-byte big-endian length followed by UTF-8 JSON. The sandboxed interpreter
 is started with ``-c BOOTSTRAP``: the bootstrap reads one raw frame (the supervisor's
-source) from stdin and executes it, so the supervisor needs no file inside the sandbox
+bundled source) from stdin and executes it, so the supervisor needs no file inside the sandbox
 and no read permission on the host's package directory. Other backends (Docker) can
 reuse the same bootstrap and frames.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
-from functools import cache
-from importlib import resources
+
+from agentenvs.sandbox.local.supervisor.bundle import bundle_source
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 """A response larger than this means the supervisor is broken (outputs are capped far below)."""
@@ -37,9 +37,9 @@ class ProtocolError(RuntimeError):
     """The supervisor sent something that is not a valid frame."""
 
 
-@cache
 def supervisor_source() -> bytes:
-    return resources.files("agentenvs.sandbox.local").joinpath("supervisor.py").read_bytes()
+    """The supervisor package as the single frame the bootstrap executes."""
+    return bundle_source()
 
 
 def encode_frame(payload: dict | bytes) -> bytes:

@@ -438,3 +438,224 @@ SESSION_PROGRAMS: list[SessionProgram] = [
         ],
     ),
 ]
+
+# --- Issue 11, class 1: cleanup that a program can crash (each followed by an innocent run)
+EMPTY_WORK_DIR = ("import os\nprint(sorted(os.listdir('.')))", "[]")
+CLEANUP_PROGRAMS: list[Program] = [
+    Program(
+        "dirs_mode_000_and_without_x",
+        "import os\n"
+        "for name, mode in (('locked', 0), ('no_x', 0o600), ('no_w', 0o500), ('no_r', 0o300)):\n"
+        "    os.makedirs(f'{name}/inner/deeper')\n"
+        "    open(f'{name}/inner/file', 'w').write('x')\n"
+        "    os.chmod(f'{name}/inner', mode)\n"
+        "    os.chmod(name, mode)\n"
+        "print('left')",
+        {OK},
+        followup=EMPTY_WORK_DIR,
+    ),
+    Program(
+        "tree_5000_levels_deep",
+        "import os\n"
+        "top = os.open('.', os.O_RDONLY)\n"
+        "for i in range(5000):\n"
+        "    os.mkdir('d')\n"
+        "    os.chdir('d')\n"
+        "open('bottom', 'w').write('x')\n"
+        "os.chmod('.', 0)\n"
+        "print('deep')",
+        {OK},
+        followup=EMPTY_WORK_DIR,
+        timeout=20.0,
+    ),
+    Program(
+        "two_hundred_thousand_files",
+        "import os\n"
+        "for i in range(200_000):\n"
+        "    os.close(os.open(f'f{i}', os.O_CREAT | os.O_WRONLY, 0o600))\n"
+        "print('many')",
+        {OK},
+        followup=EMPTY_WORK_DIR,
+        timeout=60.0,
+    ),
+    Program(
+        "symlink_hardlink_and_root_traps",
+        "import os\n"
+        "os.symlink('/', 'to-root')\n"
+        "os.symlink('loop', 'loop')\n"
+        "os.symlink('/usr/lib', 'lib-dir')\n"
+        "os.mkdir('real')\n"
+        "open('real/a', 'w').write('a')\n"
+        "os.link('real/a', 'hard-a')\n"
+        "os.symlink('real', 'real-link')\n"
+        "os.mkfifo('fifo')\n"
+        "for call in (lambda: os.setxattr('.', 'user.secret', b'from-run-a'),\n"
+        "             lambda: os.utime('.', (123456789, 123456789)),\n"
+        "             lambda: os.chmod('.', 0)):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print('trapped')",
+        {OK},
+        followup=(
+            "import os\n"
+            "try:\n"
+            "    leaked = os.getxattr('.', 'user.secret')\n"
+            "except OSError:\n"
+            "    leaked = None\n"
+            "print(sorted(os.listdir('.')), leaked, int(os.stat('.').st_mtime) != 123456789)",
+            "[] None True",
+        ),
+    ),
+]
+
+# --- class 2: state that survives from one run to the next on the same worker
+SYSV_IPC_WRITER = (
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.shmat.restype = ctypes.c_void_p\n"
+    "shm = libc.shmget(0x5EC2E7, 4096, 0o1600)\n"
+    "assert shm >= 0, ctypes.get_errno()\n"
+    "addr = libc.shmat(shm, None, 0)\n"
+    "ctypes.memmove(addr, b'@CANARY_SECRET@', len(b'@CANARY_SECRET@'))\n"
+    "assert libc.msgget(0x5EC2E8, 0o1600) >= 0\n"
+    "assert libc.semget(0x5EC2E9, 1, 0o1600) >= 0\n"
+    "print('parked')"
+)
+SYSV_IPC_READER = (
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "found = [libc.shmget(0x5EC2E7, 0, 0), libc.msgget(0x5EC2E8, 0), libc.semget(0x5EC2E9, 0, 0)]\n"
+    "rows = [len(open(f'/proc/sysvipc/{k}').read().splitlines()) - 1 for k in ('shm', 'msg', 'sem')]\n"
+    "print(found, rows)"
+)
+STATE_PROGRAMS: list[Program] = [
+    Program(
+        "sysv_ipc_secret_for_the_next_run",
+        SYSV_IPC_WRITER,
+        {OK},
+        followup=(SYSV_IPC_READER, "[-1, -1, -1] [0, 0, 0]"),
+    ),
+    Program(
+        "posix_message_queue",
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "q = libc.mq_open(b'/agentenvs-q', os.O_CREAT | os.O_RDWR, 0o600, None)\n"
+        "print('created' if q >= 0 else 'refused')",
+        {OK},
+        followup=(
+            "import ctypes, os\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "print(libc.mq_open(b'/agentenvs-q', os.O_RDWR, 0, None))",
+            "-1",
+        ),
+    ),
+    Program(
+        "abstract_socket_daemon",
+        "import os, socket, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "    s.bind(b'\\0agentenvs-leftover')\n"
+        "    s.listen(1)\n"
+        "    while True:\n"
+        "        conn, _ = s.accept()\n"
+        "        conn.sendall(b'@CANARY_SECRET@')\n"
+        "time.sleep(0.3)\n"
+        "print('listening')",
+        {OK},
+        followup=(
+            "import socket\n"
+            "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+            "try:\n"
+            "    s.connect(b'\\0agentenvs-leftover')\n"
+            "    print('reached', s.recv(100))\n"
+            "except OSError:\n"
+            "    print('gone')",
+            "gone",
+        ),
+    ),
+    Program(
+        "process_state_changes",
+        "import os, resource, signal\n"
+        "os.umask(0)\n"
+        "os.environ['AGENTENVS_LEFTOVER'] = '1'\n"
+        "os.putenv('AGENTENVS_LEFTOVER', '1')\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "os.chdir('/')\n"
+        "print('changed')",
+        {OK},
+        followup=(
+            "import os, resource, signal\n"
+            "print(os.umask(0o022) != 0, 'AGENTENVS_LEFTOVER' in os.environ,\n"
+            "      resource.getrlimit(resource.RLIMIT_NOFILE)[0] > 16,\n"
+            "      signal.getsignal(signal.SIGTERM) == signal.SIG_DFL, os.getcwd() == os.environ['HOME'])",
+            "True False True True True",
+        ),
+    ),
+]
+
+# --- class 3: resource leaks that poison a worker (memory held outside the run's process)
+LEAK_PROGRAMS: list[Program] = [
+    Program(
+        "park_memory_in_sysv_shm",
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.shmat.restype = ctypes.c_void_p\n"
+        "size = 200 * 1024 * 1024\n"
+        "shm = libc.shmget(0, ctypes.c_size_t(size), 0o1600)\n"
+        "assert shm >= 0, ctypes.get_errno()\n"
+        "addr = libc.shmat(shm, None, 0)\n"
+        "ctypes.memset(addr, 1, size)\n"
+        "print('parked')",
+        {OK},
+        followup=(
+            "block = bytearray(200 * 1024 * 1024)\nblock[::4096] = b'\\x01' * len(block[::4096])\n"
+            "print('allocated')",
+            "allocated",
+        ),
+        timeout=20.0,
+    ),
+]
+
+HARDENING_PROGRAMS = CLEANUP_PROGRAMS + STATE_PROGRAMS + LEAK_PROGRAMS
+PROGRAMS += HARDENING_PROGRAMS
+
+# --- class 4: a session cell must not be able to impersonate the session's state holder
+SESSION_PROGRAMS.append(
+    SessionProgram(
+        "session_helper_forges_done",
+        [
+            ("x = 1", {OK}, None),
+            (
+                "import json, os, socket, stat, sys, time\n"
+                "seq = int(sys._getframe().f_code.co_filename.strip('<>').split('-')[1])\n"
+                "socks = []\n"
+                "for fd in range(3, 256):\n"
+                "    try:\n"
+                "        if stat.S_ISSOCK(os.fstat(fd).st_mode):\n"
+                "            socks.append(fd)\n"
+                "    except OSError:\n"
+                "        pass\n"
+                "if os.fork() == 0:\n"
+                "    x = 'forged'\n"
+                "    for fd in socks:\n"
+                "        for event in ('started', 'done'):\n"
+                "            try:\n"
+                "                s = socket.socket(fileno=os.dup(fd))\n"
+                "                s.send(json.dumps({'event': event, 'seq': seq, 'rc': 0, 'pid': os.getpid()}).encode())\n"
+                "            except OSError:\n"
+                "                pass\n"
+                "    time.sleep(5)\n"
+                "    os._exit(0)\n"
+                "time.sleep(0.5)\n"
+                "print('cell done')",
+                {OK},
+                "cell done\n",
+            ),
+            ("print(x)", {OK}, "1\n"),
+        ],
+    )
+)

@@ -1,0 +1,107 @@
+"""Killing and reaping whatever an execution left running.
+
+The supervisor is pid 1 of its pid namespace (or the only process of a dedicated uid), so
+"no child left to wait for" means "nothing the code started is still alive".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import time
+
+
+def reap() -> dict[int, int]:
+    """Collect every exited child (the supervisor adopts orphans); pid -> wait status."""
+    reaped = {}
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return reaped
+        except InterruptedError:
+            continue
+        if pid == 0:
+            return reaped
+        reaped[pid] = status
+
+
+def _live_pids(uid: int, filter_uid: bool) -> list[int]:
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                status = f.read()
+        except OSError:
+            continue
+        state = re.search(rb"^State:\s+(\S)", status, re.M)
+        if state and state.group(1) in (b"Z", b"X"):
+            continue
+        if filter_uid:
+            uid_line = re.search(rb"^Uid:\s+(\d+)", status, re.M)
+            if not uid_line or int(uid_line.group(1)) != uid:
+                continue
+        pids.append(int(name))
+    return pids
+
+
+class Sweeper:
+    """Kills whatever an execution left behind.
+
+    As pid 1 of its own pid namespace (bubblewrap ``--as-pid-1``), or as the only
+    process of a dedicated uid, ``kill(-1, SIGKILL)`` reaches exactly the sandbox's
+    other processes and nothing else; daemons that ``setsid`` away are included, and
+    orphans are re-parented to the supervisor (init, or a child subreaper), so "no child
+    left to wait for" means "nothing left alive". Signals to pid 1 from inside its
+    namespace are dropped by the kernel, so the code cannot kill the supervisor. When one
+    process must survive (a session's state holder), the others are listed from /proc
+    and killed until none is left.
+    """
+
+    def __init__(self, pid_namespace: bool) -> None:
+        self.pid_namespace = pid_namespace
+        self.uid = os.getuid()
+        self.me = os.getpid()
+        self.reaped: dict[int, int] = {}
+
+    def reap(self) -> None:
+        self.reaped.update(reap())
+
+    def kill_all(self, timeout: float = 5.0) -> bool:
+        with contextlib.suppress(OSError):  # ESRCH: nothing else was alive
+            os.kill(-1, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while True:
+            self.reap()
+            try:
+                os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.0002)
+
+    def kill_except(self, keep: set[int], timeout: float = 5.0) -> bool:
+        keep_set = frozenset(keep)
+        deadline = time.monotonic() + timeout
+        rounds = 0
+        while True:
+            self.reap()
+            victims = [
+                p
+                for p in _live_pids(self.uid, not self.pid_namespace)
+                if p != self.me and p not in keep_set
+            ]
+            if not victims:
+                return True
+            for pid in victims:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            if time.monotonic() > deadline:
+                return False
+            rounds += 1
+            time.sleep(min(0.0002 * rounds, 0.01))
