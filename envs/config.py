@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentenvs.envs.rendered import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
@@ -46,6 +46,27 @@ class EnvConfig(BaseModel):
     )
     limits: Limits = Field(default_factory=Limits)
     seed: int = 0
+    preset: str | None = Field(
+        None,
+        description="A published setup to reproduce (see the environment's docs); its values "
+        "fill every key you did not set yourself.",
+    )
+
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
+    """Named published setups: config values, nested as the config nests them."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        """Fill unset keys from the named preset; what the caller set always wins."""
+        if not isinstance(data, dict) or data.get("preset") is None:
+            return data
+        name = data["preset"]
+        if name not in cls.presets:
+            known = ", ".join(sorted(cls.presets)) or "none"
+            raise ValueError(f"unknown preset {name!r} for {cls.env_name or cls.__name__}; "
+                             f"presets: {known}")  # fmt: skip
+        return merge_preset(cls.presets[name], data)
 
     # ---- what each environment implements -------------------------------------------
     def num_tasks(self, split: str = "train") -> int:
@@ -72,7 +93,10 @@ class EnvConfig(BaseModel):
         return self.renderer or self.default_renderer
 
     def config_hash(self) -> str:
-        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        dumped = self.model_dump(mode="json")
+        if dumped.get("preset") is None:
+            dumped.pop("preset", None)  # configs hash as they did before presets existed
+        payload = json.dumps(dumped, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def make_env(self, task_index: int, tokenizer: Tokenizer, split: str = "train") -> RenderedEnv:
@@ -102,6 +126,22 @@ class EnvConfig(BaseModel):
             self.group_builder(i % total, group_size, tokenizer, split) for i in range(count)
         ]
         return ListDataset(builders, batch_size)
+
+
+def merge_preset(preset: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` laid over ``preset``, nested dicts merged key by key.
+
+    A nested model the caller passed as an object (not a dict) replaces the preset's
+    values for that key whole: it has no record of which of its fields were set.
+    """
+    merged = dict(preset)
+    for key, value in given.items():
+        base = merged.get(key)
+        if isinstance(base, dict) and isinstance(value, dict):
+            merged[key] = merge_preset(base, value)
+        else:
+            merged[key] = value
+    return merged
 
 
 @dataclass

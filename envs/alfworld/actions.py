@@ -98,3 +98,32 @@ def match_command(command: str, admissible: Collection[str]) -> str | None:
         if moved in admissible:
             return moved
     return None
+
+
+_CJK = re.compile("[\u4e00-\u9fff]")
+TAIL_CHARS = 30
+"""verl-agent sends the last 30 characters of a reply with no action to the game."""
+
+
+def first_action_lowercased(text: str) -> str | None:
+    """verl-agent's ``alfworld_projection``: the text between the first ``<action>`` and
+    the first ``</action>`` of the lower-cased reply, stripped; None without both tags."""
+    lowered = text.lower()
+    start, end = lowered.find("<action>"), lowered.find("</action>")
+    if start < 0 or end < 0:
+        return None
+    return lowered[start + len("<action>") : end].strip()
+
+
+def reply_tail(text: str) -> str:
+    """What verl-agent plays for a reply without an action: its lower-cased last characters."""
+    return text.lower()[-TAIL_CHARS:]
+
+
+def has_think(text: str) -> bool:
+    """Both ``<think>`` and ``</think>`` appear (verl-agent checks no more than that)."""
+    return "<think>" in text and "</think>" in text
+
+
+def has_cjk(text: str) -> bool:
+    return _CJK.search(text) is not None

@@ -10,7 +10,7 @@ it (``auto``), or a folder. Episodes run on engines in worker processes (see
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -20,6 +20,28 @@ from agentenvs.envs.rendered import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.types import Metrics, Trajectory
+
+GIGPO_PRESET: dict[str, Any] = {
+    # langfengQ/verl-agent: agent_system/environments/prompts/alfworld.py,
+    # env_manager.AlfWorldEnvironmentManager.build_text_obs, env_package/alfworld/projection.py
+    # (alfworld_projection), the trainer's apply_invalid_action_penalty and the env's
+    # compute_reward; docs/alfworld.md has the table with each value's source.
+    "protocol": "tag",
+    "renderer": "chat",
+    "history": "window",
+    "history_window": 2,
+    "prompt_layout": "verl_agent",
+    "show_admissible": True,
+    "require_think": True,
+    "reject_cjk": True,
+    "action_pick": "first",
+    "action_matching": "exact",
+    "on_no_action": "send_tail",
+    "penalise_inadmissible": False,
+    "invalid_action_penalty": 0.1,
+    "success_reward": 10.0,
+    "limits": {"max_turns": 50},
+}
 
 
 class ALFWorldConfig(EnvConfig):
@@ -31,8 +53,9 @@ class ALFWorldConfig(EnvConfig):
 
     data: str = Field(
         "auto",
-        description="shipped | auto ($ALFWORLD_DATA/json_2.1.1 when present, else shipped) | "
-        "a folder in ALFWorld's json_2.1.1 layout.",
+        description="shipped | auto (ALFWorld's data folder, $ALFWORLD_DATA else "
+        "~/.cache/alfworld, when it holds json_2.1.1; else shipped, with a warning) | a "
+        "folder: json_2.1.1 or the folder above it.",
     )
     task_types: list[str] = Field(
         default_factory=lambda: list(TASK_TYPES), description="Which ALFWorld task types to play."
@@ -48,6 +71,43 @@ class ALFWorldConfig(EnvConfig):
     )
     history_window: int = Field(2, ge=0, description="Earlier steps shown in window mode.")
     show_admissible: bool = Field(True, description="List the admissible commands each turn.")
+    prompt_layout: Literal["agentenvs", "verl_agent"] = Field(
+        "agentenvs",
+        description="agentenvs: a system prompt and our observation layout; verl_agent: one "
+        "user message per step, no system prompt, the raw first observation, the last "
+        "history_window (observation, action) pairs, quoted admissible commands (needs "
+        "history=window).",
+    )
+    first_prompt_template: str | None = Field(
+        None, description="verl_agent layout: the first step's prompt (str.format fields)."
+    )
+    prompt_template: str | None = Field(
+        None, description="verl_agent layout: every later step's prompt (str.format fields)."
+    )
+    require_think: bool = Field(
+        False, description="A reply without <think> and </think> is format-invalid."
+    )
+    reject_cjk: bool = Field(
+        False, description="A reply with Chinese characters is format-invalid (verl-agent)."
+    )
+    action_pick: Literal["last", "first"] = Field(
+        "last", description="Which <action> block of a reply is played."
+    )
+    action_matching: Literal["normalised", "exact"] = Field(
+        "normalised",
+        description="normalised: case, spacing, a full stop and 'put X in Y' are forgiven; "
+        "exact: the lower-cased command must be listed as it is.",
+    )
+    on_no_action: Literal["hint", "send_tail"] = Field(
+        "hint",
+        description="A reply with no action: hint (tell the model the form), or send_tail "
+        "(play its last 30 characters, as verl-agent does).",
+    )
+    penalise_inadmissible: bool = Field(
+        True,
+        description="Also penalise well-formed commands the game rejects (false: only "
+        "format-invalid replies pay invalid_action_penalty).",
+    )
     success_reward: float = Field(1.0, description="Reward for winning (GiGPO uses 10).")
     invalid_action_penalty: float = Field(
         0.1, ge=0, description="Subtracted for each unparsable or inadmissible action."
@@ -80,10 +140,19 @@ class ALFWorldConfig(EnvConfig):
             )
         return value
 
+    presets: ClassVar[dict[str, dict[str, Any]]] = {"gigpo": GIGPO_PRESET}
+
     @model_validator(mode="after")
     def _protocol_fits_renderer(self) -> ALFWorldConfig:
         if self.protocol == "tool" and self.renderer_kind != "chat":
             raise ValueError("protocol 'tool' needs the chat renderer")
+        if self.prompt_layout == "verl_agent" and self.history != "window":
+            raise ValueError("prompt_layout 'verl_agent' needs history='window'")
+        from agentenvs.envs.alfworld import prompts
+
+        for template in (self.first_prompt_template, self.prompt_template):
+            if template is not None:  # fail at config time, not mid-rollout
+                prompts.fill_template(template, **dict.fromkeys(prompts.TEMPLATE_FIELDS, ""))
         return self
 
     # ---- tasks -------------------------------------------------------------------------
@@ -117,6 +186,15 @@ class ALFWorldConfig(EnvConfig):
             workers=self.workers,
             engines_per_worker=self.engines_per_worker,
             cache_translations=self.cache_translations,
+            prompt_layout=self.prompt_layout,
+            first_prompt_template=self.first_prompt_template,
+            prompt_template=self.prompt_template,
+            require_think=self.require_think,
+            reject_cjk=self.reject_cjk,
+            action_pick=self.action_pick,
+            action_matching=self.action_matching,
+            on_no_action=self.on_no_action,
+            penalise_inadmissible=self.penalise_inadmissible,
         )
 
     def make_text_env(self, task_index: int, split: str = "train") -> TextEnv:

@@ -15,6 +15,7 @@ every observation is a whole new prompt, so every step is its own training sampl
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,9 +26,13 @@ from agentenvs.envs.alfworld.actions import (
     TOOL_CALL_STOP,
     Protocol,
     extract_action,
+    first_action_lowercased,
     format_action,
+    has_cjk,
+    has_think,
     match_command,
     normalize,
+    reply_tail,
     tool_spec,
 )
 from agentenvs.envs.alfworld.games import GameInfo
@@ -44,6 +49,10 @@ from agentenvs.envs.text import Message, TextEnv, TextStep
 from agentenvs.envs.types import Observation, SamplerStopReason, StopCondition, StopReason
 
 NOTHING_HAPPENS = "Nothing happens."
+ANCHOR_LOG = "anchor"
+"""Step log: the raw game text the step's action answered (GiGPO's anchor state)."""
+ANCHOR_KEY_LOG = "anchor_key"
+"""Step log: a stable hash of the anchor, for grouping steps across trajectories."""
 INVALID_COMMAND = "fly to the moon"
 """What the ``invalid`` scripted variant sends: well formed, never admissible."""
 
@@ -66,6 +75,15 @@ class EpisodeSettings:
     workers: int = 2
     engines_per_worker: int = 8
     cache_translations: bool = True
+    prompt_layout: Literal["agentenvs", "verl_agent"] = "agentenvs"
+    first_prompt_template: str | None = None
+    prompt_template: str | None = None
+    require_think: bool = False
+    reject_cjk: bool = False
+    action_pick: Literal["last", "first"] = "last"
+    action_matching: Literal["normalised", "exact"] = "normalised"
+    on_no_action: Literal["hint", "send_tail"] = "hint"
+    penalise_inadmissible: bool = True
 
     def pool(self) -> EnginePool:
         return get_pool(self.workers, self.engines_per_worker, self.cache_translations)
@@ -90,6 +108,11 @@ class ALFWorldTextEnv(TextEnv):
         self.intro = prompts.Intro("", "")
         self.admissible: list[str] = []
         self.history: list[tuple[str, str]] = []
+        self.memory: list[tuple[str, str]] = []
+        """(raw observation, action played there) per step: the verl_agent window."""
+        self.raw_observation = ""
+        """The game's last raw text (the first one with its banner): the current anchor."""
+        self.first_feedback = ""
         self._plan: list[str] | None = None
         self._plan_fresh = False
         self._oracle_used = False
@@ -121,6 +144,7 @@ class ALFWorldTextEnv(TextEnv):
             await self.close()
             raise type(err)(f"{err} (while starting {self.game.name})") from None
         self.intro = prompts.split_intro(answer["feedback"])
+        self.raw_observation = self.first_feedback = answer["feedback"]
         self.admissible = list(answer["admissible"])
         walkthrough = answer.get("walkthrough")
         self._plan = list(walkthrough) if walkthrough else None
@@ -129,7 +153,28 @@ class ALFWorldTextEnv(TextEnv):
     def initial_messages(self) -> list[Message]:
         if self.lease is None:
             self._start_blocking()
+        if self.settings.prompt_layout == "verl_agent":
+            template = self.settings.first_prompt_template or prompts.FIRST_TEMPLATE
+            text = prompts.fill_template(
+                template, **self._template_fields(self.raw_observation, first=True)
+            )
+            return [{"role": "user", "content": text}]
         return self._messages(prompts.first_observation(self.intro, self._shown_admissible()))
+
+    def _template_fields(self, observation: str, *, first: bool = False) -> dict[str, object]:
+        shown = self._shown_admissible()
+        history, shown_steps = ("", 0) if first else prompts.history_lines(
+            self.memory, self.settings.history_window
+        )  # fmt: skip
+        return {
+            "task_description": prompts.task_description(self.first_feedback),
+            "step_count": len(self.memory),
+            "history_length": shown_steps,
+            "action_history": history,
+            "current_step": len(self.memory) + 1,
+            "current_observation": observation,
+            "admissible_actions": prompts.quoted_admissible(shown) if shown is not None else "",
+        }
 
     def _start_blocking(self) -> None:
         """Start from synchronous code (the gymnasium wrapper renders the prompt directly).
@@ -159,10 +204,44 @@ class ALFWorldTextEnv(TextEnv):
 
     # ---- one action ------------------------------------------------------------------
     async def step(self, action_text: str, *, stop_reason: SamplerStopReason) -> TextStep:
+        anchor = self.raw_observation
+        result = await self._step(action_text)
+        result.logs = {
+            **result.logs,
+            ANCHOR_LOG: anchor,
+            ANCHOR_KEY_LOG: anchor_key(anchor),
+        }
+        return result
+
+    def _read_action(self, text: str) -> tuple[str | None, bool]:
+        """The command a reply asks for, and whether the reply is well formed."""
+        settings = self.settings
+        if settings.protocol == "tag" and settings.action_pick == "first":
+            requested = first_action_lowercased(text)
+        else:
+            requested = extract_action(text, settings.protocol)
+        well_formed = requested is not None
+        if settings.require_think and not has_think(text):
+            well_formed = False
+        if settings.reject_cjk and has_cjk(text):
+            well_formed = False
+        return requested, well_formed
+
+    def _match(self, requested: str) -> str | None:
+        if self.settings.action_matching == "exact":
+            command = requested.strip().lower()
+            return command if command in self.admissible else None
+        return match_command(requested, self.admissible)
+
+    async def _step(self, action_text: str) -> TextStep:
         self.stats.steps += 1
-        requested = extract_action(action_text, self.settings.protocol)
-        if requested is None:
+        requested, well_formed = self._read_action(action_text)
+        if requested is None and self.settings.on_no_action == "send_tail":
+            requested = reply_tail(action_text)
+        if not well_formed:
             self.stats.invalid_format += 1
+        format_penalty = 0.0 if well_formed else -self.settings.invalid_action_penalty
+        if requested is None:
             self.stats.invalid_actions += 1
             self.stats.actions.append("")
             return self._answer(
@@ -171,15 +250,18 @@ class ALFWorldTextEnv(TextEnv):
                 metrics={"invalid_action": 1, "invalid_format": 1},
                 action_label="(no action)",
             )
-        command = match_command(requested, self.admissible)
+        command = self._match(requested)
+        played = requested.strip().lower() if self.settings.action_matching == "exact" else None
         if command is None:
             self.stats.invalid_actions += 1
-            self.stats.actions.append(normalize(requested))
+            label = played if played is not None else normalize(requested)
+            self.stats.actions.append(label)
+            penalise = self.settings.penalise_inadmissible or not well_formed
             return self._answer(
                 NOTHING_HAPPENS,
-                reward=-self.settings.invalid_action_penalty,
-                metrics={"invalid_action": 1, "invalid_format": 0},
-                action_label=normalize(requested),
+                reward=-self.settings.invalid_action_penalty if penalise else 0.0,
+                metrics={"invalid_action": 1, "invalid_format": int(not well_formed)},
+                action_label=label,
             )
 
         on_plan = self._plan_fresh and bool(self._plan) and self._plan[0] == command
@@ -200,18 +282,23 @@ class ALFWorldTextEnv(TextEnv):
             self.stats.invalid_actions += 1
         if answer["won"]:
             self.stats.won = True
-            reward = self.settings.success_reward
+            reward = self.settings.success_reward + format_penalty
             return TextStep(
                 reward=reward,
                 done=True,
                 stop_reason=StopReason.COMPLETED,
-                metrics={"invalid_action": int(invalid), "invalid_format": 0, "won": 1},
+                metrics={
+                    "invalid_action": int(invalid),
+                    "invalid_format": int(not well_formed),
+                    "won": 1,
+                },
                 logs={"feedback": feedback},
             )
+        penalise = invalid and self.settings.penalise_inadmissible
         return self._answer(
             feedback,
-            reward=-self.settings.invalid_action_penalty if invalid else 0.0,
-            metrics={"invalid_action": int(invalid), "invalid_format": 0},
+            reward=-self.settings.invalid_action_penalty if penalise else format_penalty,
+            metrics={"invalid_action": int(invalid), "invalid_format": int(not well_formed)},
             action_label=command,
         )
 
@@ -219,6 +306,8 @@ class ALFWorldTextEnv(TextEnv):
         self, feedback: str, *, reward: float, metrics: dict[str, int], action_label: str
     ) -> TextStep:
         self.history.append((action_label, feedback.strip()))
+        self.memory.append((self.raw_observation, action_label))
+        self.raw_observation = feedback
         return TextStep(
             observation=self._observation(feedback),
             reward=reward,
@@ -228,6 +317,10 @@ class ALFWorldTextEnv(TextEnv):
 
     def _observation(self, feedback: str) -> str | Message | list[Message]:
         shown = self._shown_admissible()
+        if self.settings.prompt_layout == "verl_agent":
+            template = self.settings.prompt_template or prompts.STEP_TEMPLATE
+            text = prompts.fill_template(template, **self._template_fields(feedback))
+            return [{"role": "user", "content": text}]
         if self.settings.history == "window":
             k = self.settings.history_window
             earlier = self.history[:-1][-k:] if k else []
@@ -280,13 +373,17 @@ class ALFWorldTextEnv(TextEnv):
 
     def scripted_action(self, variant: str = "oracle") -> str | None:
         protocol = self.settings.protocol
+        # Under require_think a reply needs its reasoning block to be well formed.
+        lead = (
+            "<think>The plan says this comes next.</think>" if self.settings.require_think else ""
+        )
         if variant == "oracle":
             self._oracle_used = True
             if self._plan_fresh and self._plan:
-                return format_action(self._plan[0], protocol)
-            return format_action("look", protocol)  # harmless; the step fetches a plan
+                return lead + format_action(self._plan[0], protocol)
+            return lead + format_action("look", protocol)  # harmless; the step fetches a plan
         if variant == "invalid":
-            return format_action(INVALID_COMMAND, protocol)
+            return lead + format_action(INVALID_COMMAND, protocol)
         if variant == "malformed":
             return "I think I should look around the room first."
         return None
@@ -310,6 +407,11 @@ class ALFWorldTextEnv(TextEnv):
             "invalid_format": self.stats.invalid_format,
             "env_error": int(self.stats.env_error is not None),
         }
+
+
+def anchor_key(observation: str) -> str:
+    """A stable key of an anchor observation: equal texts give equal keys in any process."""
+    return hashlib.sha256(observation.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 class ALFWorldEnv(RenderedEnv):
@@ -343,4 +445,7 @@ class WindowRenderer(Renderer):
         if isinstance(observation, str):
             messages = [{"role": "user", "content": observation}]
         history[:] = messages
-        return Appended(self.initial_tokens(messages, tools), restart=True)
+        # Only the system turn is the task's prompt; the rest is game text.
+        self.prompt_messages = sum(1 for m in messages if m.get("role") == "system")
+        encoded = self.encode_conversation(messages, tools)
+        return Appended(encoded.tokens, restart=True, split_controls=encoded.split_controls)

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from agentenvs.envs.alfworld.scenes import TASK_TYPES
+
+logger = logging.getLogger(__name__)
 
 SHIPPED_DATA = Path(__file__).parent / "data" / "json_2.1.1"
 SPLITS = ("train", "valid_seen", "valid_unseen")
@@ -44,20 +47,51 @@ def split_name(split: str) -> str:
     return name
 
 
+def alfworld_home() -> Path:
+    """Where ALFWorld keeps its data: ``$ALFWORLD_DATA``, else ``~/.cache/alfworld``.
+
+    The same default ``alfworld.info`` sets (and ``alfworld-download`` writes to),
+    computed here so the answer does not depend on whether that module was imported.
+    """
+    return Path(os.environ.get("ALFWORLD_DATA") or "~/.cache/alfworld").expanduser()
+
+
+@functools.lru_cache(maxsize=8)
+def _warn_shipped_fallback(looked_in: str) -> None:
+    logger.warning(
+        "ALFWorld data=auto: no dataset at %s, so the 16 games shipped with agentenvs are "
+        "played. Run alfworld-download (or set ALFWORLD_DATA) for the real dataset, or pass "
+        "data=shipped to silence this.",
+        looked_in,
+    )
+
+
 def data_root(data: str) -> Path:
-    """``shipped``, ``auto`` ($ALFWORLD_DATA/json_2.1.1 if present, else shipped), or a path."""
+    """``shipped``, ``auto`` (ALFWorld's own data folder if it holds the dataset, else
+    shipped, said loudly), or a folder: ``json_2.1.1`` itself or the folder above it."""
     if data == "shipped":
         return SHIPPED_DATA
     if data == "auto":
-        env_root = os.environ.get("ALFWORLD_DATA")
-        if env_root and (Path(env_root) / "json_2.1.1").is_dir():
-            return Path(env_root) / "json_2.1.1"
+        home = alfworld_home() / "json_2.1.1"
+        if home.is_dir():
+            return home
+        _warn_shipped_fallback(str(home))
         return SHIPPED_DATA
     root = Path(data).expanduser()
     if (root / "json_2.1.1").is_dir():
         root = root / "json_2.1.1"
     if not root.is_dir():
         raise FileNotFoundError(f"ALFWorld data folder {root} does not exist")
+    if not any((root / split).is_dir() for split in SPLITS):
+        if root.name in SPLITS or root.name in SPLIT_ALIASES:
+            raise ValueError(
+                f"ALFWorld data {root} is the {root.name!r} split itself; pass the folder "
+                f"above it (data={root.parent}) and pick the split with the split argument"
+            )
+        raise ValueError(
+            f"ALFWorld data folder {root} has no {', '.join(SPLITS)} folder; pass "
+            "json_2.1.1 (or the folder holding it), as alfworld-download lays it out"
+        )
     return root
 
 

@@ -95,3 +95,70 @@ def window_observation(
 def wrap_continuation(text: str) -> str:
     """Observation text appended inside the assistant turn (continuation renderer)."""
     return f"\n<observation>\n{text}\n</observation>\n"
+
+
+# ---- the verl_agent layout: one user message per step, a window of (observation, action)
+FIRST_TEMPLATE = (
+    "{current_observation}\n\n"
+    "Commands you can send now:\n {admissible_actions}\n\n"
+    "Reason between <think> and </think>, then give exactly one command between <action> "
+    "and </action>."
+)
+"""Our wording of the first-step prompt; fields as verl-agent's template names them."""
+
+STEP_TEMPLATE = (
+    "Task: {task_description}\n"
+    "Steps taken so far: {step_count}. The last {history_length}, as (observation, action):\n"
+    "{action_history}\n"
+    "Step {current_step}. What you see now: {current_observation}\n\n"
+    "Commands you can send now:\n {admissible_actions}\n\n"
+    "Reason between <think> and </think>, then give exactly one command between <action> "
+    "and </action>."
+)
+"""Our wording of the later-step prompt (``prompt_template`` replaces it)."""
+
+TEMPLATE_FIELDS = (
+    "task_description",
+    "step_count",
+    "history_length",
+    "action_history",
+    "current_step",
+    "current_observation",
+    "admissible_actions",
+)
+
+
+def quoted_admissible(admissible: list[str]) -> str:
+    """verl-agent's list (``build_text_obs``): quoted, one a line, ``help`` left out."""
+    return "\n ".join(f"'{command}'" for command in admissible if command != "help")
+
+
+def task_description(first_feedback: str) -> str:
+    """What follows ``Your task is to: `` in the first observation (verl-agent's
+    ``extract_task``), or the empty string."""
+    marker = "Your task is to: "
+    start = first_feedback.find(marker)
+    return first_feedback[start + len(marker) :].strip() if start >= 0 else ""
+
+
+def history_lines(memory: list[tuple[str, str]], window: int) -> tuple[str, int]:
+    """The last ``window`` (observation, action) pairs, numbered from the episode start,
+    in verl-agent's ``SimpleMemory.fetch`` layout; and how many were shown."""
+    recent = memory[-window:] if window else []
+    first = len(memory) - len(recent)
+    lines = [
+        f"[Observation {first + i + 1}: '{obs}', Action {first + i + 1}: '{act}']"
+        for i, (obs, act) in enumerate(recent)
+    ]
+    return "\n".join(lines), len(recent)
+
+
+def fill_template(template: str, **fields: object) -> str:
+    """``str.format`` with named fields; unknown fields are a config error, said plainly."""
+    try:
+        return template.format(**fields)
+    except (KeyError, IndexError, ValueError) as err:
+        raise ValueError(
+            f"ALFWorld prompt template cannot be filled ({err!r}); its fields are "
+            f"{', '.join('{' + f + '}' for f in TEMPLATE_FIELDS)} (double other braces)"
+        ) from None

@@ -20,7 +20,7 @@ shared per process and made on first use, problems are read once per file.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -34,6 +34,32 @@ from agentenvs.envs.retool.reward import Grader, pass_at_k
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.types import Metrics, Trajectory
 from agentenvs.sandbox.base import SandboxConfig
+
+VERL_RETOOL_PRESET: dict[str, Any] = {
+    # verl's ReTool recipe (recipe/retool: retool.py, run_qwen2_7b_dapo.sh,
+    # sandbox_fusion_tool_config.yaml), verl/utils/reward_score/math_dapo.py and the
+    # tool agent loop; docs/retool.md has the table with each value's source.
+    "protocol": "tool_call",
+    "execution": "stateless",
+    "timeout": 30.0,
+    "memory_limit_mb": 1024,
+    "error_detail": "traceback",
+    "print_last_line": True,
+    "max_parallel_calls": 1,
+    "max_tool_calls": 16,
+    "truncation": "middle",
+    "middle_max_chars": 256,
+    "on_malformed": "end",
+    "on_no_answer": "end",
+    "grader": "strict_box",
+    "grader_scope": "whole_response",
+    "correct_reward": 1.0,
+    "incorrect_reward": -1.0,
+    "tool_shaping": True,
+    "tool_shaping_per_call": 0.1,
+    "tool_shaping_cap": 0.4,
+    "limits": {"max_turns": 16, "on_truncated_action": "pass"},
+}
 
 EVAL_SPLITS = frozenset({"test", "eval", "validation", "val"})
 _PROTOCOL_RENDERER: dict[str, RendererKind] = {"retool": "continuation", "tool_call": "chat"}
@@ -76,6 +102,21 @@ class ReToolConfig(EnvConfig):
     on_max_tool_calls: Literal["end", "refuse"] = Field(
         "end", description="end the episode, or refuse the call and ask for the answer."
     )
+    print_last_line: bool = Field(
+        False,
+        description="Wrap the code's last non-empty line in print() unless it starts with "
+        "print (verl's ReTool tool).",
+    )
+    max_parallel_calls: int | None = Field(
+        None, ge=1, description="Tool calls of one turn that run; the rest are ignored."
+    )
+    code_at_eos: Literal["final", "run"] = Field(
+        "final",
+        description="retool protocol, a turn that ended with end-of-turn (not on </code>) "
+        "but holds a code block: final grades it as the answer turn, as the original (which "
+        "only runs code when generation stops on </code>); run executes the block and "
+        "generation continues after the end-of-turn token.",
+    )
     sandbox_retries: int = Field(
         1, ge=0, description="Retries of a stateless run when the sandbox itself failed."
     )
@@ -96,6 +137,11 @@ class ReToolConfig(EnvConfig):
     no_answer_penalty: float = Field(0.0, description="Added when an episode ends with no box.")
     # ---- reward -------------------------------------------------------------------
     grader: Grader = "math_verify"
+    grader_scope: Literal["model_text", "whole_response"] = Field(
+        "model_text",
+        description="What the grader reads: the model's own text, or the whole decoded "
+        "response with the interpreter's outputs (verl's solution_str).",
+    )
     correct_reward: float = 1.0
     incorrect_reward: float = -1.0
     tool_shaping: bool = Field(
@@ -105,6 +151,8 @@ class ReToolConfig(EnvConfig):
     tool_shaping_cap: float = 0.4
     pass_k: list[int] = Field(default_factory=lambda: [1, 4, 8])
     limits: Limits = Field(default_factory=lambda: Limits(max_turns=10))
+
+    presets: ClassVar[dict[str, dict[str, Any]]] = {"verl_retool": VERL_RETOOL_PRESET}
 
     @model_validator(mode="after")
     def _consistent(self) -> ReToolConfig:
@@ -140,6 +188,9 @@ class ReToolConfig(EnvConfig):
 
     # ---- tasks --------------------------------------------------------------------
     def problems(self, split: str = "train") -> list[Problem]:
+        if split != "train" and split not in EVAL_SPLITS:
+            known = ", ".join(["train", *sorted(EVAL_SPLITS)])
+            raise ValueError(f"unknown split {split!r}; retool has {known}")
         path = self.data_path
         if split in EVAL_SPLITS and self.eval_data_path:
             path = self.eval_data_path

@@ -22,6 +22,7 @@ retries the group instead of training on a reward the model did not earn.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +30,12 @@ from agentenvs.envs.retool import prompts
 from agentenvs.envs.retool.data import Problem
 from agentenvs.envs.retool.output import TokenCounter, render_result, truncate
 from agentenvs.envs.retool.protocol import (
+    CODE_CLOSE,
     code_action,
     interpreter_block,
     parse_action,
+    print_last_line,
+    prose_text,
     tool_message,
     tool_spec,
 )
@@ -82,6 +86,8 @@ class ReToolEnv(TextEnv):
         self.predicted: str | None = None
         self.stop_reason: str | None = None
         self._texts: list[str] = []
+        self._transcript: list[str] = []
+        """Actions and interpreter outputs in order: the whole response verl grades."""
         self._session: Session | None = None
 
     # ---- prompt ---------------------------------------------------------------------
@@ -108,15 +114,18 @@ class ReToolEnv(TextEnv):
         cfg = self.config
         self.turns += 1
         self._texts.append(action_text)
+        self._transcript.append(action_text)
         last_turn = self.turns >= self.max_turns
         parsed = parse_action(action_text, cfg.protocol)
+        if parsed.kind == "code" and self._ended_before_running(action_text, stop_reason):
+            parsed = dataclasses.replace(parsed, kind="final", codes=[])
 
         if parsed.kind == "final":
-            if last_boxed(self.model_text) is None and cfg.on_no_answer == "continue":
+            if not self.answered and cfg.on_no_answer == "continue":
                 if last_turn:
                     return self._finish(MAX_TURNS)
                 return TextStep(self._nudge())
-            return self._finish(COMPLETED if last_boxed(self.model_text) else NO_ANSWER)
+            return self._finish(COMPLETED if self.answered else NO_ANSWER)
 
         if parsed.kind == "malformed":
             self.malformed_actions += 1
@@ -131,7 +140,8 @@ class ReToolEnv(TextEnv):
                 logs={"malformed": parsed.detail},
             )
 
-        if self.tool_calls + len(parsed.codes) > cfg.max_tool_calls:
+        codes = parsed.codes[: cfg.max_parallel_calls]  # None keeps them all
+        if self.tool_calls + len(codes) > cfg.max_tool_calls:
             if cfg.on_max_tool_calls == "end":
                 return self._finish(MAX_TOOL_CALLS)
             if last_turn:
@@ -141,16 +151,46 @@ class ReToolEnv(TextEnv):
             return self._finish(MAX_TURNS)
 
         outputs, statuses = [], []
-        for code in parsed.codes:
+        for code in codes:
             text, status = await self._run(code)
             outputs.append(text)
             statuses.append(status)
+        self._transcript.extend(outputs)
         return TextStep(self._tool_reply(outputs), logs={"exec_status": ",".join(statuses)})
+
+    def _ended_before_running(self, action_text: str, stop_reason: SamplerStopReason) -> bool:
+        """A ``retool`` turn the model closed with end-of-turn, its code never stopped on.
+
+        Generation stops on ``</code>``, so a turn that ended otherwise went past its
+        code: with ``code_at_eos=final`` it is the answer turn (a text that ends on
+        ``</code>`` was stopped there, whatever the sampler reported, and runs).
+        """
+        return (
+            self.config.protocol == "retool"
+            and self.config.code_at_eos == "final"
+            and stop_reason == "eos"
+            and not action_text.rstrip().endswith(CODE_CLOSE)
+        )
 
     @property
     def model_text(self) -> str:
         """Everything the model wrote this episode (never the interpreter's output)."""
         return "".join(self._texts)
+
+    @property
+    def answer_text(self) -> str:
+        """The model's text outside its code blocks: where its answer can be."""
+        return prose_text(self.model_text, self.config.protocol)
+
+    @property
+    def answered(self) -> bool:
+        return last_boxed(self.answer_text) is not None
+
+    def graded_text(self) -> str:
+        """What the grader reads (``grader_scope``)."""
+        if self.config.grader_scope == "whole_response":
+            return "".join(self._transcript)
+        return self.answer_text
 
     def _tool_reply(self, outputs: list[str]) -> str | list[Message]:
         if self.config.protocol == "retool":
@@ -165,6 +205,8 @@ class ReToolEnv(TextEnv):
     # ---- execution ------------------------------------------------------------------
     async def _run(self, code: str) -> tuple[str, str]:
         cfg = self.config
+        if cfg.print_last_line:
+            code = print_last_line(code)
         started = time.perf_counter()
         try:
             result = await self._execute(code)
@@ -210,7 +252,7 @@ class ReToolEnv(TextEnv):
     # ---- the end --------------------------------------------------------------------
     def _finish(self, reason: str, *, penalty: float = 0.0) -> TextStep:
         cfg = self.config
-        graded = grade(self.model_text, self.problem.answer, cfg.grader)
+        graded = grade(self.graded_text(), self.problem.answer, cfg.grader)
         self.correct, self.predicted, self.stop_reason = graded.correct, graded.predicted, reason
         reward = shaped_reward(
             graded.correct,
@@ -221,7 +263,7 @@ class ReToolEnv(TextEnv):
             per_call=cfg.tool_shaping_per_call,
             cap=cfg.tool_shaping_cap,
         )
-        if last_boxed(self.model_text) is None:
+        if not self.answered:
             reward += cfg.no_answer_penalty
         return TextStep(
             reward=reward + penalty,
@@ -243,7 +285,7 @@ class ReToolEnv(TextEnv):
     def episode_metrics(self) -> Metrics:
         metrics: Metrics = {
             "correct": int(bool(self.correct)),
-            "answered": int(last_boxed(self.model_text) is not None),
+            "answered": int(self.answered),
             "tool_calls": self.tool_calls,
             "used_tool": int(self.tool_calls > 0),
             "malformed_actions": self.malformed_actions,

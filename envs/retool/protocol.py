@@ -150,6 +150,35 @@ def _code_from_call(block: str) -> tuple[str | None, str]:
     return code, ""
 
 
+_CODE_SPANS = {
+    "retool": re.compile(r"<code>.*?(?:</code>|\Z)", re.DOTALL),
+    "tool_call": re.compile(r"<tool_call>.*?(?:</tool_call>|\Z)", re.DOTALL),
+}
+
+
+def prose_text(text: str, protocol: Protocol) -> str:
+    """``text`` without its code blocks: where a ``\\boxed{}`` counts as an answer.
+
+    A box inside code (``print(f"\\boxed{{{x}}}")``) is the program's, not the model's
+    answer, so it never makes an episode ``answered``.
+    """
+    return _CODE_SPANS[protocol].sub(" ", text)
+
+
+def print_last_line(code: str) -> str:
+    """verl's ReTool tool: the last non-empty line wrapped in ``print()`` unless it
+    starts with ``print`` (``CustomSandboxFusionTool.execute``; a line of spaces is
+    not empty there, and indentation is not looked at, so neither is it here)."""
+    lines = code.split("\n")
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index] == "":
+            continue
+        if not lines[index].startswith("print"):
+            lines[index] = f"print({lines[index]})"
+        break
+    return "\n".join(lines)
+
+
 def parse_action(text: str, protocol: Protocol) -> ParsedAction:
     return parse_retool(text) if protocol == "retool" else parse_tool_calls(text)
 

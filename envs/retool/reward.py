@@ -47,10 +47,31 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
+def dapo_last_boxed(text: str) -> str | None:
+    """The last ``\\boxed{`` only, as DAPO's ``last_boxed_only_string`` reads it.
+
+    Unlike :func:`last_boxed`, an unbalanced last box is no answer at all: there is
+    no falling back to an earlier, complete one.
+    """
+    start = text.rfind(_BOX + "{")
+    if start < 0:
+        return None
+    depth = 0
+    for index in range(start + len(_BOX), len(text)):
+        if text[index] == "{":
+            depth += 1
+        elif text[index] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start + len(_BOX) + 1 : index]
+    return None
+
+
 def strict_box_correct(text: str, ground_truth: str) -> tuple[bool, str | None]:
-    """DAPO's strict check: exact string match of the last box near the end."""
+    """DAPO's strict check (``math_dapo.compute_score`` with ``strict_box_verify``): the
+    last box of the final 100 of the final 300 characters, matched as a string."""
     tail = text[-300:][-100:]
-    predicted = last_boxed(tail)
+    predicted = dapo_last_boxed(tail)
     return (predicted is not None and predicted == ground_truth), predicted
 
 

@@ -12,7 +12,7 @@ so there the cap is estimated as ``chars_per_token`` characters per token.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -29,6 +29,22 @@ from agentenvs.envs.search_r1.protocol import (
 )
 from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
 from agentenvs.envs.search_r1.reward import RewardMode
+
+SEARCH_R1_PRESET: dict[str, Any] = {
+    # PeterGriffinJin/Search-R1 train_grpo.sh / train_ppo.sh and llm_agent/generation.py;
+    # docs/search_r1.md has the table with each value's source.
+    "protocol": "tags",
+    "renderer": "continuation",
+    "max_turns": 2,
+    "max_obs_tokens": 500,
+    "retriever": {"topk": 3},
+    "reward": "em",
+    "parse_point": "first_stop",
+    "obs_truncation": "cut_end",
+    "limits": {"on_truncated_action": "pass"},
+}
+"""Search-R1's own behaviour. Robustness (query errors, surrogates, dropped queries)
+is not a knob here: it stays ours under every preset."""
 
 
 class SearchR1Config(EnvConfig):
@@ -66,16 +82,37 @@ class SearchR1Config(EnvConfig):
         None, description="User prompt with a {question} field; None: the protocol's default."
     )
     system_prompt: str | None = None
+    parse_point: Literal["whole_action", "first_stop"] = Field(
+        "whole_action",
+        description="whole_action: the env reads everything the model wrote; first_stop: "
+        "the action ends at its first </search> (else first </answer>) and the rest is "
+        "neither acted on nor scored (Search-R1's _postprocess_responses).",
+    )
+    obs_truncation: Literal["keep_tags", "cut_end"] = Field(
+        "keep_tags",
+        description="keep_tags: cut the passages so </information> always closes the block; "
+        "cut_end: keep the first max_obs_tokens of the whole block, tags included "
+        "(Search-R1's _process_next_obs).",
+    )
+    on_query_error: Literal["observe", "end"] = Field(
+        "observe",
+        description="A search the server refused for its query (not a dead server): observe: "
+        "the model is told and the turn counts as invalid; end: this episode ends with stop "
+        "reason query_error and reward 0. Other episodes are never affected.",
+    )
     on_retrieval_error: Literal["raise", "end"] = Field(
         "raise",
         description="raise: fail the rollout (the collector retries or reports the group); "
         "end: finish the episode with stop reason retrieval_error and reward 0.",
     )
 
+    presets: ClassVar[dict[str, dict[str, Any]]] = {"search_r1": SEARCH_R1_PRESET}
+
     @model_validator(mode="after")
     def _check(self) -> SearchR1Config:
-        if "limits" not in self.model_fields_set:
-            self.limits = Limits(max_turns=self.max_turns + 1)
+        if "max_turns" not in self.limits.model_fields_set:
+            limits = self.limits.model_dump(exclude_unset=True)
+            self.limits = Limits(**{**limits, "max_turns": self.max_turns + 1})
         elif self.limits.max_turns < self.max_turns + 1:
             raise ValueError(
                 f"limits.max_turns ({self.limits.max_turns}) must leave room for max_turns "

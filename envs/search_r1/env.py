@@ -23,6 +23,8 @@ from agentenvs.envs.search_r1 import prompts
 from agentenvs.envs.search_r1.data import QATask
 from agentenvs.envs.search_r1.protocol import (
     TokenCounter,
+    cut_at_first_stop,
+    cut_to_budget,
     fit_to_budget,
     format_passages,
     information_wrapper,
@@ -35,7 +37,7 @@ from agentenvs.envs.search_r1.protocol import (
     tool_turn_well_formed,
 )
 from agentenvs.envs.search_r1.retrievers import make_retriever
-from agentenvs.envs.search_r1.retrievers.base import Passage, RetrieverError
+from agentenvs.envs.search_r1.retrievers.base import Passage, QueryRejected, RetrieverError
 from agentenvs.envs.search_r1.reward import score_response
 from agentenvs.envs.text import Message, TextEnv, TextStep
 from agentenvs.envs.types import Metrics, SamplerStopReason, StopReason
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from agentenvs.envs.search_r1.config import SearchR1Config
 
 RETRIEVAL_ERROR = "retrieval_error"
+QUERY_ERROR = "query_error"
 WRONG_ANSWER = "nobody knows"
 
 
@@ -56,6 +59,7 @@ class SearchR1Env(TextEnv):
         self.searches = 0
         self.invalid = 0
         self.truncated = 0
+        self.query_errors = 0
         self.actions: list[str] = []
         self.well_formed = True
         self.seen: list[str] = []  # raw text of each search's passages, for the oracle
@@ -93,6 +97,8 @@ class SearchR1Env(TextEnv):
 
     # ---- one turn ---------------------------------------------------------------------
     async def step(self, action_text: str, *, stop_reason: SamplerStopReason) -> TextStep:
+        if self.config.parse_point == "first_stop" and not self.tool_protocol:
+            action_text = cut_at_first_stop(action_text)
         self.actions.append(action_text)
         if self.tool_protocol:
             return await self._tool_step(action_text)
@@ -117,13 +123,12 @@ class SearchR1Env(TextEnv):
             )
         try:
             hits = (await self._search([action.content]))[0]
+        except QueryRejected as err:
+            return self._query_rejected(err, prompts.QUERY_REJECTED + suffix, next_stop)
         except RetrieverError as err:
             return self._retrieval_failed(err)
         body = format_passages(hits) if hits else prompts.NO_RESULTS
-        observation, cut = fit_to_budget(
-            body, information_wrapper(suffix), self.config.max_obs_tokens, self.count_tokens
-        )
-        self.truncated += cut
+        observation = self._information(body, suffix)
         return TextStep(observation, next_stop=next_stop, metrics=self._metrics())
 
     async def _tool_step(self, text: str) -> TextStep:
@@ -147,9 +152,16 @@ class SearchR1Env(TextEnv):
         valid = [call for call in turn.calls if call.error is None]
         if len(valid) < len(turn.calls):
             self.well_formed = False
-        queries = [q for call in valid for q in call.queries][: self.config.max_queries_per_turn]
+        limit = self.config.max_queries_per_turn
+        asked = [q for call in valid for q in call.queries]
+        queries = asked[:limit]
         try:
             found = await self._search(queries) if queries else []
+        except QueryRejected as err:
+            message = prompts.QUERY_REJECTED_TOOL
+            if self.final_turn:
+                message += " " + prompts.LAST_TURN_TOOL_HINT
+            return self._query_rejected(err, {"role": "user", "content": message}, None)
         except RetrieverError as err:
             return self._retrieval_failed(err)
         messages: list[Message] = []
@@ -162,22 +174,38 @@ class SearchR1Env(TextEnv):
                 take = min(len(call.queries), budget)
                 budget -= take
                 hits = [next(results) for _ in range(take)]
+                dropped = len(call.queries) - take
+                note = prompts.dropped_queries_note(dropped, limit) if dropped else None
                 content = (
-                    self._tool_content(hits)
+                    self._tool_content(hits, note)
                     if hits
-                    else tool_error_json(
-                        f"at most {self.config.max_queries_per_turn} queries per turn"
-                    )
+                    else tool_error_json(prompts.dropped_queries_note(dropped, limit))
                 )
             messages.append({"role": "tool", "content": content})
         return TextStep(messages + hint, metrics=self._metrics())
 
-    def _tool_content(self, hits: list[list[Passage]]) -> str:
+    def _tool_content(self, hits: list[list[Passage]], note: str | None = None) -> str:
+        def wrap(body: str) -> str:
+            return tool_result_json(body, note)
+
         content, cut = fit_to_budget(
-            tool_result_body(hits), tool_result_json, self.config.max_obs_tokens, self.count_tokens
+            tool_result_body(hits), wrap, self.config.max_obs_tokens, self.count_tokens
         )
         self.truncated += cut
         return content
+
+    def _information(self, body: str, suffix: str) -> str:
+        """The ``<information>`` block, cut to the budget the configured way."""
+        budget = self.config.max_obs_tokens
+        if self.config.obs_truncation == "cut_end":
+            block, cut = cut_to_budget(information_wrapper()(body), budget, self.count_tokens)
+            self.truncated += cut
+            return block + suffix
+        observation, cut = fit_to_budget(
+            body, information_wrapper(suffix), budget, self.count_tokens
+        )
+        self.truncated += cut
+        return observation
 
     async def _search(self, queries: list[str]) -> list[list[Passage]]:
         retriever = make_retriever(self.config.retriever)
@@ -217,6 +245,22 @@ class SearchR1Env(TextEnv):
         return TextStep(
             reward=score.reward, done=True, stop_reason=reason, metrics=metrics, logs=logs
         )
+
+    def _query_rejected(
+        self, err: QueryRejected, observation: str | Message, next_stop: list[str] | None
+    ) -> TextStep:
+        """The server refused this episode's query: this episode alone pays for it."""
+        self.invalid += 1
+        self.query_errors += 1
+        self.well_formed = False
+        logs = {"task_id": self.task.id, "query_error": str(err)[:500]}
+        if self.config.on_query_error == "end":
+            metrics = {**self._metrics(), "query_errors": self.query_errors}
+            return TextStep(
+                reward=0.0, done=True, stop_reason=QUERY_ERROR, metrics=metrics, logs=logs
+            )
+        metrics = {**self._metrics(), "query_errors": self.query_errors}
+        return TextStep(observation, next_stop=next_stop, metrics=metrics, logs=logs)
 
     def _retrieval_failed(self, err: RetrieverError) -> TextStep:
         if self.config.on_retrieval_error == "raise":

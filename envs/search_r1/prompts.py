@@ -39,6 +39,20 @@ LAST_TURN_TOOL_HINT = (
     "No searches remain: reply with the final answer between <answer> and </answer>."
 )
 NO_RESULTS = "No passages matched the query."
+QUERY_REJECTED = (
+    "\nThe search engine could not run that query. Write a shorter, plainer query between "
+    "<search> and </search>, or answer between <answer> and </answer>.\n"
+)
+QUERY_REJECTED_TOOL = (
+    "The search engine could not run those queries. Call `search` with shorter, plainer "
+    "queries, or write the answer between <answer> and </answer>."
+)
+
+
+def dropped_queries_note(dropped: int, limit: int) -> str:
+    """Said in the tool result when queries past the per-turn limit were not searched."""
+    return f"{dropped} more quer{'y' if dropped == 1 else 'ies'} not searched: at most {limit} per turn"
+
 
 SEARCH_TOOL: dict[str, Any] = {
     # verl's search tool schema: one argument, a list of queries.

@@ -26,6 +26,7 @@ from agentenvs.envs.search_r1.retrievers.base import Passage
 Protocol = Literal["tags", "tool_call"]
 TokenCounter = Callable[[str], int]
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _BLOCK = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 _OPEN_TAIL = re.compile(r"<(search|answer)>((?:(?!</?(?:search|answer)>).)*)$", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -59,12 +60,37 @@ def parse_tags(text: str, *, stopped_on_sequence: bool = False) -> TagAction:
     """
     match = _BLOCK.search(text)
     if match:
-        return TagAction(match.group(1), match.group(2).strip())  # type: ignore[arg-type]
+        return TagAction(match.group(1), clean_query(match.group(2).strip()))  # type: ignore[arg-type]
     if stopped_on_sequence:
         tail = _OPEN_TAIL.search(text)
         if tail:
-            return TagAction(tail.group(1), tail.group(2).strip())  # type: ignore[arg-type]
+            return TagAction(tail.group(1), clean_query(tail.group(2).strip()))  # type: ignore[arg-type]
     return TagAction("invalid")
+
+
+def cut_at_first_stop(text: str) -> str:
+    """Search-R1's parse point: up to the first ``</search>``, else the first ``</answer>``.
+
+    ``</search>`` wins even when an ``</answer>`` comes earlier, as in Search-R1's
+    ``_postprocess_responses``; a text with neither is kept whole.
+    """
+    for tag in ("</search>", "</answer>"):
+        end = text.find(tag)
+        if end >= 0:
+            return text[: end + len(tag)]
+    return text
+
+
+def clean_query(query: str) -> str:
+    """``query`` with lone surrogates replaced by U+FFFD.
+
+    A JSON tool call may carry an unpaired ``\\ud83d`` escape; such a string cannot be
+    encoded as UTF-8, so it would fail in the HTTP client or a C tokenizer instead of
+    being searched.
+    """
+    if not _SURROGATE.search(query):
+        return query
+    return _SURROGATE.sub("\ufffd", query)
 
 
 def format_passages(passages: list[Passage]) -> str:
@@ -127,7 +153,7 @@ def _parse_call(raw: str) -> ToolCall:
         queries = [queries]
     if not isinstance(queries, list):
         return ToolCall(error="'query_list' must be a list of strings")
-    cleaned = [q.strip() for q in queries if isinstance(q, str) and q.strip()]
+    cleaned = [clean_query(q.strip()) for q in queries if isinstance(q, str) and q.strip()]
     if not cleaned:
         return ToolCall(error="'query_list' holds no non-empty query")
     return ToolCall(queries=cleaned)
@@ -161,8 +187,10 @@ def tool_result_body(results: list[list[Passage]]) -> str:
     return "\n---\n".join(blocks)
 
 
-def tool_result_json(body: str) -> str:
-    return json.dumps({"result": body}, ensure_ascii=False)
+def tool_result_json(body: str, note: str | None = None) -> str:
+    """verl's ``{"result": ...}``; ``note`` (queries left unsearched) rides along."""
+    payload = {"result": body} if note is None else {"result": body, "note": note}
+    return json.dumps(payload, ensure_ascii=False)
 
 
 def tool_error_json(error: str) -> str:
@@ -184,6 +212,25 @@ def approximate_counter(chars_per_token: float) -> TokenCounter:
 def tokenizer_counter(tokenizer: Any) -> TokenCounter:
     """Counts exactly what a renderer appends: ``encode(text, add_special_tokens=False)``."""
     return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
+
+
+def cut_to_budget(text: str, budget: int | None, count: TokenCounter) -> tuple[str, bool]:
+    """The longest prefix of ``text`` within ``budget`` tokens, tags and all.
+
+    Search-R1's cut (``_process_next_obs`` keeps the first ``max_obs_length`` token
+    ids of the whole block, so ``</information>`` is lost); here the cut falls on a
+    character boundary, so the text is that of the longest prefix that fits.
+    """
+    if budget is None or count(text) <= budget:
+        return text, False
+    lo, hi = 0, len(text)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if count(text[:mid]) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return text[:lo], True
 
 
 def fit_to_budget(

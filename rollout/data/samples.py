@@ -29,7 +29,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agentenvs.envs.types import Trajectory, TrajectoryGroup
 
@@ -78,6 +78,10 @@ class TrainingSample:
     """Tokens before the first sampled token: the prompt a verl-style batch left-pads."""
     advantage: float = 0.0
     """The trajectory's scalar advantage (what ``advantages`` holds on trained tokens)."""
+    anchor_keys: list[str] = field(default_factory=list)
+    """Per step of this sample, the env's ``anchor_key`` log ("" where it gave none):
+    the state the step acted in, so a trainer can group steps across trajectories
+    (GiGPO). Empty when no step had one."""
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -111,6 +115,7 @@ def trajectory_to_samples(
     advantages: list[float] = []
     has_logprobs = True
     prompt_length = -1
+    anchors: list[str] = []
 
     def close() -> None:
         samples.append(
@@ -126,6 +131,7 @@ def trajectory_to_samples(
                 has_logprobs=has_logprobs,
                 prompt_length=len(tokens) if prompt_length < 0 else prompt_length,
                 advantage=advantage,
+                anchor_keys=anchors if any(anchors) else [],
             )
         )
 
@@ -139,8 +145,9 @@ def trajectory_to_samples(
         else:
             close()
             tokens, mask, logprobs, advantages = [], [], [], []
-            has_logprobs, prompt_length = True, -1
+            has_logprobs, prompt_length, anchors = True, -1, []
             n, delta = 0, ob
+        anchors.append(str(transition.logs.get("anchor_key", "")))
 
         action = transition.ac
         action_tokens = action.tokens

@@ -35,6 +35,8 @@ def sample_to_json(
     sample: TrainingSample, extra: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     line = {name: getattr(sample, name) for name in FIELDS}
+    if sample.anchor_keys:  # only environments that name their states (ALFWorld) have them
+        line["anchor_keys"] = list(sample.anchor_keys)
     if extra:
         line["extra"] = dict(extra)
     return line
@@ -59,6 +61,7 @@ def sample_from_json(line: Mapping[str, Any], *, strict: bool = True) -> Trainin
         has_logprobs=bool(line.get("has_logprobs", True)),
         prompt_length=int(line.get("prompt_length", 0)),
         advantage=float(line.get("advantage", 0.0)),
+        anchor_keys=[str(key) for key in line.get("anchor_keys", [])],
     )
 
 

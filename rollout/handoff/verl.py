@@ -85,7 +85,15 @@ def to_verl_batch(
     input_ids = torch.from_numpy(ids)
     attention_mask = torch.from_numpy(attention)
     old_log_probs = torch.from_numpy(logprobs)
+    anchored = {}
+    if any(s.anchor_keys for s in samples):
+        # GiGPO groups steps by anchor state: the first step's key as a 63-bit integer.
+        anchored["anchor_id"] = torch.tensor(
+            [anchor_id(s.anchor_keys[0]) if s.anchor_keys else 0 for s in samples],
+            dtype=torch.int64,
+        )
     return {
+        **anchored,
         "prompts": input_ids[:, :width_p],
         "responses": input_ids[:, width_p:],
         "input_ids": input_ids,
@@ -102,6 +110,11 @@ def to_verl_batch(
         "trajectory_advantage": torch.tensor([s.advantage for s in samples], dtype=torch.float64),
         "has_logprobs": torch.tensor([s.has_logprobs for s in samples], dtype=torch.bool),
     }
+
+
+def anchor_id(anchor_key: str) -> int:
+    """An anchor key (hex) as a non-negative int64; 0 for none."""
+    return int(anchor_key, 16) & (2**63 - 1) if anchor_key else 0
 
 
 def to_tensordict(batch: Mapping[str, torch.Tensor]) -> Any:

@@ -23,6 +23,11 @@ class RetrieverError(RuntimeError):
     """Retrieval failed (a dead server, a missing index); the message says which."""
 
 
+class QueryRejected(RetrieverError):
+    """The server is up but refused this query (an HTTP error answer that other queries
+    do not get): a fault of one episode's query, not of the retrieval service."""
+
+
 class Retriever(ABC):
     """Batched search. Implementations are safe to call from many envs concurrently."""
 

@@ -10,7 +10,11 @@ Without scores a server may return the documents themselves instead of
 micro-batched into one request; at most ``max_concurrency`` requests are in flight.
 Connection errors, timeouts, 429 and 5xx answers are retried with exponential
 backoff; after the last retry every caller of the batch gets a :class:`RetrieverError`
-naming the URL and the cause. The time any search can take is bounded by
+naming the URL and the cause. An HTTP error answer may be about one query rather than
+the server (Search-R1's own server answers 500 to a query of more than 1024 distinct
+terms), so a batch that ends on one is split: each query is sent alone, and a query
+that still fails while the server answers others (or a probe query) gets
+:class:`QueryRejected`, its caller only; the rest get their results. The time any search can take is bounded by
 ``(max_retries + 1) * timeout_s`` plus the backoff delays: nothing waits forever.
 """
 
@@ -23,13 +27,34 @@ from typing import Any
 
 import httpx
 
-from agentenvs.envs.search_r1.retrievers.base import Passage, Retriever, RetrieverError
+from agentenvs.envs.search_r1.retrievers.base import (
+    Passage,
+    QueryRejected,
+    Retriever,
+    RetrieverError,
+)
 from agentenvs.envs.search_r1.retrievers.batching import MicroBatcher, PerLoop
 from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
 
 logger = logging.getLogger(__name__)
 
 _RETRY_STATUS = {429, 500, 502, 503, 504}
+
+
+PROBE_QUERY = "information"
+"""A plain query sent to tell a refused query from a server that refuses everything."""
+
+
+class _StatusError(RetrieverError):
+    """The server answered with an HTTP error status (it is up, the request failed)."""
+
+
+class _Rejected(list):
+    """The hits slot of a query the server refused; ``search`` raises for its caller."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__()
+        self.reason = reason
 
 
 @dataclass
@@ -61,13 +86,45 @@ class HttpRetriever(Retriever):
         return _LoopState(client, batcher)
 
     async def search(self, queries: list[str], topk: int) -> list[list[Passage]]:
-        return await self._state.get().batcher.submit([(q, topk) for q in queries])
+        found = await self._state.get().batcher.submit([(q, topk) for q in queries])
+        for hits in found:
+            if isinstance(hits, _Rejected):
+                raise QueryRejected(hits.reason)
+        return found
 
     async def _post_batch(self, items: list[tuple[str, int]]) -> list[list[Passage]]:
         k = max(topk for _, topk in items)
         queries = [q for q, _ in items]
-        result = await self.post(queries, k)
-        return [hits[:topk] for hits, (_, topk) in zip(result, items, strict=True)]
+        try:
+            result = await self.post(queries, k)
+        except _StatusError as err:
+            result = await self._isolate(queries, k, err)
+        return [
+            hits if isinstance(hits, _Rejected) else hits[:topk]
+            for hits, (_, topk) in zip(result, items, strict=True)
+        ]
+
+    async def _isolate(
+        self, queries: list[str], topk: int, batch_error: _StatusError
+    ) -> list[list[Passage]]:
+        """Each query alone, after a batch ended on an HTTP error status.
+
+        Queries refused alone are rejected only if the server answers something: another
+        query here, or the probe. A server that refuses everything fails every caller.
+        """
+        answers: list[list[Passage] | _StatusError] = []
+        for query in queries:
+            try:
+                answers.append((await self.post([query], topk))[0])
+            except _StatusError as err:
+                answers.append(err)
+        refused = [a for a in answers if isinstance(a, _StatusError)]
+        if refused and len(refused) == len(answers):
+            try:
+                await self.post([PROBE_QUERY], 1)
+            except _StatusError:
+                raise batch_error from None
+        return [_Rejected(str(a)) if isinstance(a, _StatusError) else a for a in answers]
 
     async def post(self, queries: list[str], topk: int) -> list[list[Passage]]:
         """One request (with retries) for ``queries``; no batching."""
@@ -76,6 +133,7 @@ class HttpRetriever(Retriever):
         payload = {"queries": queries, "topk": topk, "return_scores": True}
         attempts = cfg.max_retries + 1
         last_error = "no attempt made"
+        status_failed = False  # did the last attempt get an HTTP answer (the server is up)?
         for attempt in range(attempts):
             if attempt:
                 delay = cfg.retry_backoff_s * 2 ** (attempt - 1)
@@ -88,15 +146,19 @@ class HttpRetriever(Retriever):
                 response = await client.post(self.url, json=payload)
             except httpx.TimeoutException:
                 last_error = f"no answer within {cfg.timeout_s:g}s"
+                status_failed = False
                 continue
             except httpx.TransportError as err:
                 last_error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+                status_failed = False
                 continue
             if response.status_code in _RETRY_STATUS:
-                last_error = f"HTTP {response.status_code}"
+                last_error = f"HTTP {response.status_code} {response.text[:200]!r}"
+                # 500 may be about the query; 429, 502-504 are about the server.
+                status_failed = response.status_code == 500
                 continue
             if response.status_code != 200:
-                raise RetrieverError(
+                raise _StatusError(
                     f"retrieval server {self.url} refused the request: HTTP "
                     f"{response.status_code} {response.text[:200]!r}"
                 )
@@ -104,7 +166,8 @@ class HttpRetriever(Retriever):
                 return parse_response(response.json(), len(queries))
             except ValueError as err:
                 raise RetrieverError(f"retrieval server {self.url}: {err}") from None
-        raise RetrieverError(
+        error = _StatusError if status_failed else RetrieverError
+        raise error(
             f"retrieval server {self.url} is unavailable after {attempts} attempt(s): {last_error}"
         )
 

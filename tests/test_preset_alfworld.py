@@ -1,0 +1,143 @@
+"""preset=gigpo: each knob against verl-agent's ALFWorld setup, on the real engine.
+
+Facts from langfengQ/verl-agent: env_package/alfworld/projection.py (alfworld_projection),
+env_manager.py (AlfWorldEnvironmentManager.build_text_obs, reset/step 'anchor'),
+memory/memory.py (SimpleMemory.fetch), the trainer's apply_invalid_action_penalty.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("alfworld")
+pytest.importorskip("textworld")
+
+from agentenvs.envs import make
+from agentenvs.envs.alfworld.env import NOTHING_HAPPENS, anchor_key
+from agentenvs.envs.alfworld.games import SHIPPED_DATA, data_root
+
+AGENTENVS = str(Path(sys.executable).parent / "agentenvs")
+SMALL = "pick_and_place_simple-Apple-None-Fridge-kitchen7/trial_simple-apple-fridge"
+THINK = "<think>hm</think>"
+
+
+@pytest.fixture(scope="module")
+def gigpo():
+    cfg = make("alfworld", preset="gigpo", data="shipped")
+    yield cfg
+    cfg.shutdown()
+
+
+async def play(cfg, tokenizer, texts):
+    index = [g.name for g in cfg.games()].index(SMALL)
+    env = cfg.make_env(index, tokenizer)
+    ob, _ = await env.initial_observation()
+    results = []
+    try:
+        for text in texts:
+            tokens = env.renderer.encode(text) + env.renderer.end_of_turn_tokens()
+            results.append(await env.step(tokens, extra={"stop_reason": "eos"}))
+    finally:
+        await env.close()
+    return env, ob, results
+
+
+def test_preset_values(gigpo):
+    assert gigpo.success_reward == 10 and gigpo.limits.max_turns == 50
+    assert gigpo.history == "window" and gigpo.history_window == 2
+    assert gigpo.require_think and not gigpo.penalise_inadmissible
+    assert make("alfworld").prompt_layout == "agentenvs"  # today's default is unchanged
+
+
+async def test_one_user_message_with_the_raw_first_observation(gigpo, tokenizer):
+    env, _ob, _ = await play(gigpo, tokenizer, [])
+    (message,) = env.task.initial_messages()
+    assert message["role"] == "user"
+    assert message["content"].startswith("-= Welcome to TextWorld, ALFRED! =-")
+    assert "\n 'look'" in message["content"] and "'help'" not in message["content"]
+
+
+async def test_format_penalty_only(gigpo, tokenizer):
+    _, _, (no_think, inadmissible, fine) = await play(
+        gigpo,
+        tokenizer,
+        [
+            "<action>look</action>",
+            THINK + "<action>fly</action>",
+            THINK + "<action>look</action>",
+        ],
+    )
+    assert no_think.reward == pytest.approx(-0.1) and no_think.metrics["invalid_format"] == 1
+    assert inadmissible.reward == 0.0 and inadmissible.metrics["invalid_action"] == 1
+    assert fine.reward == 0.0
+
+
+async def test_no_action_sends_the_last_30_characters(gigpo, tokenizer):
+    env, _, (result,) = await play(gigpo, tokenizer, [THINK + "I would rather look around."])
+    assert result.reward == pytest.approx(-0.1) and result.logs["feedback"] == NOTHING_HAPPENS
+    assert env.task.memory[-1][1] == (THINK + "I would rather look around.").lower()[-30:]
+
+
+async def test_first_action_lowercased_and_sent_as_is(gigpo, tokenizer):
+    env, _, (first, spaced) = await play(
+        gigpo,
+        tokenizer,
+        [
+            THINK + "<action>LOOK</action><action>inventory</action>",
+            THINK + "<action>look.</action>",
+        ],
+    )
+    assert env.task.stats.actions[0] == "look" and first.logs["feedback"] != NOTHING_HAPPENS
+    assert spaced.logs["feedback"] == NOTHING_HAPPENS  # no forgiving normalisation
+
+
+async def test_history_window_scrolls_the_start_out(gigpo, tokenizer):
+    texts = [THINK + "<action>look</action>"] * 3
+    _, _, results = await play(gigpo, tokenizer, texts)
+    text = tokenizer.decode(results[-1].next_observation)
+    assert "Welcome to TextWorld" not in text
+    assert "[Observation 2: '" in text and "[Observation 3: '" in text
+    assert "[Observation 1: '" not in text
+
+
+async def test_each_step_logs_its_anchor_state(gigpo, tokenizer):
+    env, _, (first, second) = await play(gigpo, tokenizer, [THINK + "<action>look</action>"] * 2)
+    assert first.logs["anchor"] == env.task.first_feedback
+    assert first.logs["anchor_key"] == anchor_key(env.task.first_feedback)
+    assert second.logs["anchor"] == first.logs["feedback"]
+
+
+def test_data_auto_uses_alfworlds_default_folder(monkeypatch, tmp_path, caplog):
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        assert data_root("auto") == SHIPPED_DATA
+    assert "shipped with agentenvs are played" in caplog.text
+    home = tmp_path / ".cache" / "alfworld"
+    home.mkdir(parents=True)
+    (home / "json_2.1.1").symlink_to(SHIPPED_DATA)
+    assert data_root("auto") == home / "json_2.1.1"
+
+
+def test_a_split_folder_says_what_to_pass():
+    with pytest.raises(ValueError, match="is the 'train' split itself; pass the folder above"):
+        data_root(str(SHIPPED_DATA / "train"))
+
+
+def test_rollout_cli_runs_the_preset_with_the_oracle(tmp_path):
+    out = tmp_path / "alf.jsonl"
+    command = [AGENTENVS, "rollout", "alfworld", "--set", "preset=gigpo", "--set", "data=shipped",
+               "--groups", "2", "--group-size", "2", "--out", str(out), "--json-summary",
+               "--no-progress"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["failed"] == 0 and summary["mean_reward"] == 10.0
+    record = json.loads(out.read_text().splitlines()[0])
+    assert "anchor_key" in json.dumps(record)
