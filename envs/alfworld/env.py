@@ -445,7 +445,4 @@ class WindowRenderer(Renderer):
         if isinstance(observation, str):
             messages = [{"role": "user", "content": observation}]
         history[:] = messages
-        # Only the system turn is the task's prompt; the rest is game text.
-        self.prompt_messages = sum(1 for m in messages if m.get("role") == "system")
-        encoded = self.encode_conversation(messages, tools)
-        return Appended(encoded.tokens, restart=True, split_controls=encoded.split_controls)
+        return Appended(self.initial_tokens(messages, tools), restart=True)
