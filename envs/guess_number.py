@@ -13,12 +13,22 @@ from typing import ClassVar
 from pydantic import Field
 
 from agentenvs.envs.config import EnvConfig
+from agentenvs.envs.forking import copy_task_state
 from agentenvs.envs.rendered import Limits
 from agentenvs.envs.renderers import RendererKind
 from agentenvs.envs.text import Message, TextEnv, TextStep
 from agentenvs.envs.types import SamplerStopReason, StopReason
 
 _GUESS = re.compile(r"<guess>\s*(-?\d+)\s*</guess>")
+
+
+SPLITS = ("train", "test")
+"""Each split draws its own hidden numbers; anything else is a typo, not a split."""
+
+
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; guess_number has {' and '.join(SPLITS)}")
 
 
 class GuessNumberConfig(EnvConfig):
@@ -34,6 +44,7 @@ class GuessNumberConfig(EnvConfig):
     limits: Limits = Field(default_factory=lambda: Limits(max_turns=10))
 
     def num_tasks(self, split: str = "train") -> int:
+        check_split(split)
         return self.tasks
 
     def secret(self, task_index: int, split: str = "train") -> int:
@@ -77,6 +88,10 @@ class GuessNumberEnv(TextEnv):
         else:
             self._hi = min(self._hi, guess - 1)
         return TextStep(f"{guess} is wrong: go {hint}.")
+
+    async def fork(self) -> GuessNumberEnv:
+        """The whole state is three integers and the oracle's bounds: a copy is a fork."""
+        return copy_task_state(self)
 
     def scripted_action(self, variant: str = "oracle") -> str | None:
         if variant == "oracle":

@@ -3,6 +3,14 @@
 All limit handling lives here so every environment ends episodes the same way:
 each limit ends the episode with a recorded one-hot ``stop/<reason>`` metric,
 never with an exception.
+
+Two records let ``agentenvs check`` audit the tokens later: the step metrics
+``renderer/control_strings_split`` (observations) and
+``renderer/prompt_control_strings_split`` (the prompt, on the first step) count
+control-token strings in environment text that were tokenized as plain text, and the step logs ``prompt_control_at`` /
+``observation_control_at`` list where the template placed control tokens in the
+new context tokens (offsets from their start), so a control id anywhere else in an
+observation span was not put there by the template.
 """
 
 from __future__ import annotations
@@ -25,6 +33,21 @@ from agentenvs.envs.types import (
     StopReason,
     stop_metric,
 )
+
+SPLIT_CONTROLS_METRIC = "renderer/control_strings_split"
+"""Control-token strings in an observation's environment text, tokenized as plain text."""
+PROMPT_SPLIT_CONTROLS_METRIC = "renderer/prompt_control_strings_split"
+"""The same in the prompt's messages (which may name protocol tags such as <tool_call>)."""
+OUT_OF_VOCABULARY_METRIC = "invalid/out_of_vocabulary_tokens"
+OUT_OF_VOCABULARY = "out_of_vocabulary"
+"""Stop reason of an action holding ids the tokenizer cannot decode (padded embedding rows)."""
+PROMPT_CONTROLS_LOG = "prompt_control_at"
+OBSERVATION_CONTROLS_LOG = "observation_control_at"
+
+
+def control_offsets(positions: list[int]) -> str:
+    """Offsets as the comma-separated string a log value can hold."""
+    return ",".join(map(str, positions))
 
 
 class Limits(BaseModel):
@@ -67,12 +90,28 @@ class RenderedEnv(Env):
         self._action_text = ""
         """The decoded text of the last action, kept in the step's logs so a stored
         trajectory can be checked against its tokens later."""
+        self._pending_logs: dict[str, str] = {}
+        self._pending_split = 0
 
     async def initial_observation(self) -> tuple[Observation, StopCondition]:
         self.history = list(self.task.initial_messages())
         self.context = self.renderer.initial_tokens(self.history, self.task.tools())
         self._stops = list(self.task.stop_sequences())
+        # The prompt has no step of its own: its records ride on the first step.
+        self._pending_split = self.renderer.prompt_split_controls
+        self._pending_logs = {
+            PROMPT_CONTROLS_LOG: control_offsets(self.renderer.text.control_positions(self.context))
+        }
         return list(self.context), self.stop_condition()
+
+    def _step_records(self, metrics: Metrics, logs: dict) -> dict:
+        """Adds what the prompt left pending to the first step's metrics; returns logs."""
+        if self._pending_split:
+            metrics[PROMPT_SPLIT_CONTROLS_METRIC] = self._pending_split
+            self._pending_split = 0
+        merged = {**logs, **self._pending_logs}
+        self._pending_logs = {}
+        return merged
 
     def stop_condition(self) -> list[str]:
         return self.renderer.stop_condition(self._stops)
@@ -86,6 +125,18 @@ class RenderedEnv(Env):
         content, marker = self.renderer.split_action(action)
         self._action_text = content + marker
 
+        vocabulary = self.renderer.vocabulary_size
+        if vocabulary is not None and action and max(action) >= vocabulary:
+            # Real checkpoints pad the embedding past the vocabulary; such an id decodes
+            # to nothing, so the text the task would read is not what was sampled.
+            outside = [i for i, t in enumerate(action) if t >= vocabulary]
+            return await self._finish(
+                TextStep(
+                    metrics={OUT_OF_VOCABULARY_METRIC: len(outside)},
+                    logs={"out_of_vocabulary_at": outside[0]},
+                ),
+                OUT_OF_VOCABULARY,
+            )
         cap = self.limits.max_tokens_per_turn
         overran = cap is not None and len(action) > cap
         if overran or (sampler_stop == "length" and self.limits.on_truncated_action == "end"):
@@ -106,9 +157,15 @@ class RenderedEnv(Env):
             self._stops = list(result.next_stop)
 
         metrics: Metrics = dict(result.metrics)
+        logs = dict(result.logs)
         if result.observation is not None:
             appended = self.renderer.append(
                 self.history, self.task.tools(), content, marker, result.observation
+            )
+            if appended.split_controls:
+                metrics[SPLIT_CONTROLS_METRIC] = appended.split_controls
+            logs[OBSERVATION_CONTROLS_LOG] = control_offsets(
+                self.renderer.text.control_positions(appended.tokens)
             )
             if appended.restart:
                 self.prefix_breaks += 1
@@ -126,7 +183,7 @@ class RenderedEnv(Env):
             next_observation=list(self.context),
             next_stop_condition=self.stop_condition(),
             metrics=metrics,
-            logs={**result.logs, "action_text": self._action_text},
+            logs={**self._step_records(metrics, logs), "action_text": self._action_text},
         )
 
     def _over_budget(self, extra_tokens: int) -> bool:
@@ -161,6 +218,7 @@ class RenderedEnv(Env):
         merged: Metrics = {**result.metrics, **(metrics or {})}
         merged[stop_metric(str(reason))] = 1
         merged["turns"] = self.turns
+        logs = self._step_records(merged, dict(result.logs))
         await self.close()
         return StepResult(
             reward=result.reward,
@@ -168,8 +226,14 @@ class RenderedEnv(Env):
             next_observation=[],
             next_stop_condition=[],
             metrics=merged,
-            logs={**result.logs, "action_text": self._action_text},
+            logs={**logs, "action_text": self._action_text},
         )
+
+    async def fork(self) -> RenderedEnv:
+        """An independent copy of this live episode (see :mod:`agentenvs.envs.forking`)."""
+        from agentenvs.envs.forking import fork_rendered
+
+        return await fork_rendered(self)
 
     async def close(self) -> None:
         if not self.closed:

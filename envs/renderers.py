@@ -11,15 +11,29 @@ observation is tokenized on its own and appended. Two protocols are needed:
   and appends only the suffix. A template that does not extend a conversation
   (one that drops earlier ``<think>`` blocks, say) is detected; the renderer then
   starts a fresh sample from the full re-rendering instead of drifting silently.
+
+Text the environment wrote is tokenized apart from the template's markup
+(:mod:`agentenvs.envs.env_text`): what the world produced after the prompt
+(observations, tool output) with every added token split, the prompt's messages
+with the special-flagged ones split, so neither can forge ``<|im_end|>`` and
+friends; the template's own markup keeps them.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from agentenvs.envs.env_text import (
+    EncodedText,
+    EnvTextEncoder,
+    Segment,
+    SegmentKind,
+    slice_segments,
+)
 from agentenvs.envs.text import Message
 
 RendererKind = Literal["continuation", "chat"]
@@ -48,6 +62,14 @@ class Appended:
 
     tokens: list[int]
     restart: bool = False
+    split_controls: int = 0
+    """Control-token strings in environment text that were tokenized as plain text."""
+
+
+# Stands in for an environment message's content while the template renders, so the
+# rendering can be cut into template markup and environment text.
+_PLACEHOLDER = "\ue000agentenvs-{}\ue001"
+_PLACEHOLDER_RE = re.compile("\ue000agentenvs-(\\d+)\ue001")
 
 
 class Renderer(ABC):
@@ -58,10 +80,85 @@ class Renderer(ABC):
         if end_of_turn is None:
             end_of_turn = [tokenizer.eos_token] if tokenizer.eos_token else []
         self.end_of_turn = end_of_turn
+        self.text = EnvTextEncoder.for_tokenizer(tokenizer)
+        self.prompt_split_controls = 0
+        """Control strings split in the last :meth:`initial_tokens` prompt."""
+        self.prompt_messages = 0
+        """How many leading messages of a conversation are the task's prompt."""
         self._last_render: tuple[bool, list[Message], list[dict] | None, str] | None = None
 
     def initial_tokens(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
-        return self.encode(self.render_text(messages, tools, add_generation_prompt=True))
+        self.prompt_messages = len(messages)
+        encoded = self.encode_conversation(messages, tools)
+        self.prompt_split_controls = encoded.split_controls
+        return encoded.tokens
+
+    def _kind(self, index: int, message: Message) -> SegmentKind | None:
+        """Who wrote a message's content: None for the policy (assistant turns)."""
+        if not _env_content(message):
+            return None
+        return "prompt" if index < self.prompt_messages else "world"
+
+    def encode_conversation(
+        self,
+        messages: list[Message],
+        tools: list[dict] | None,
+        *,
+        rendered: str | None = None,
+        start: int = 0,
+    ) -> EncodedText:
+        """The template's rendering of ``messages`` (with the generation prompt) from
+        character ``start`` on, with environment-written contents tokenized apart."""
+        if rendered is None:
+            rendered = self.render_text(messages, tools, add_generation_prompt=True)
+        to_split = sum(
+            self.text.count_controls(m["content"], kind)
+            for i, m in enumerate(messages)
+            if (kind := self._kind(i, m)) is not None
+        )
+        if not to_split:
+            return EncodedText(self.encode(rendered[start:]))  # nothing to split: plain encode
+        segments = self._segments(messages, tools, rendered)
+        return self.text.encode_segments(slice_segments(segments, start))
+
+    def _segments(
+        self, messages: list[Message], tools: list[dict] | None, rendered: str
+    ) -> list[Segment]:
+        """Cut ``rendered`` into markup and environment contents.
+
+        The template renders once more with a placeholder in each environment
+        message's content; where that does not reproduce ``rendered`` (a template
+        that inspects contents), each content is looked up in order instead.
+        """
+        kinds = [self._kind(i, m) for i, m in enumerate(messages)]
+        marked = [
+            m if kind is None else {**m, "content": _PLACEHOLDER.format(i)}
+            for i, (m, kind) in enumerate(zip(messages, kinds, strict=True))
+        ]
+        parts = _PLACEHOLDER_RE.split(self._render(marked, tools, add_generation_prompt=True))
+        segments: list[Segment] = []
+        for k, part in enumerate(parts):
+            if k % 2 == 0:
+                segments.append((part, "markup"))
+            else:
+                index = int(part)
+                segments.append((messages[index]["content"], kinds[index] or "markup"))
+        if "".join(text for text, _ in segments) == rendered:
+            return segments
+        segments, cursor = [], 0
+        for message, kind in zip(messages, kinds, strict=True):
+            if kind is None:
+                continue
+            at = rendered.find(message["content"], cursor)
+            if at < 0:
+                continue
+            segments += [(rendered[cursor:at], "markup"), (message["content"], kind)]
+            cursor = at + len(message["content"])
+        segments.append((rendered[cursor:], "markup"))
+        return segments
+
+    def _has_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
 
     def render_text(
         self, messages: list[Message], tools: list[dict] | None, *, add_generation_prompt: bool
@@ -89,7 +186,7 @@ class Renderer(ABC):
     def _render(
         self, messages: list[Message], tools: list[dict] | None, *, add_generation_prompt: bool
     ) -> str:
-        if not getattr(self.tokenizer, "chat_template", None):
+        if not self._has_template():
             # No template: a plain transcript, with the prompt left open for the model.
             text = "\n\n".join(str(m.get("content", "")) for m in messages)
             return text + ("\n\n" if add_generation_prompt else "")
@@ -99,18 +196,33 @@ class Renderer(ABC):
         return self.tokenizer.apply_chat_template(messages, **kwargs)
 
     def encode(self, text: str) -> list[int]:
+        """Text whose control strings are meant as control tokens (markup, actions)."""
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+    @property
+    def vocabulary_size(self) -> int | None:
+        """Ids the tokenizer can decode: a sampled id at or past this is not a token."""
+        return self.text.vocabulary_size
 
     def decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=False)
 
     def split_action(self, tokens: list[int]) -> tuple[str, str]:
-        """Decoded action as (content, end-of-turn marker the model emitted or "")."""
+        """Decoded action as (content, end-of-turn marker the model emitted or "").
+
+        A marker that is a control token (``<|im_end|>``) was emitted only if the
+        action ends with that token: the same characters spelled out by ordinary
+        tokens are content, and the template's own closing still follows them.
+        """
         text = self.decode(tokens)
         for marker in self.end_of_turn:
-            if marker and text.endswith(marker):
+            if marker and text.endswith(marker) and self._marker_sampled(tokens, marker):
                 return text[: -len(marker)], marker
         return text, ""
+
+    def _marker_sampled(self, tokens: list[int], marker: str) -> bool:
+        control = self.text.controls.get(marker)
+        return control is None or (bool(tokens) and tokens[-1] == control)
 
     def stop_condition(self, env_stops: list[str]) -> list[str]:
         stops = list(env_stops)
@@ -143,29 +255,43 @@ class ContinuationRenderer(Renderer):
     def append(self, history, tools, action_content, action_marker, observation) -> Appended:
         text = observation if isinstance(observation, str) else _message_text(observation)
         _append_assistant_text(history, action_content + text)
-        return Appended(self.encode(text))
+        encoded = self.text.encode_env(text)
+        return Appended(encoded.tokens, split_controls=encoded.split_controls)
 
 
 class ChatRenderer(Renderer):
     kind: RendererKind = "chat"
 
     def append(self, history, tools, action_content, action_marker, observation) -> Appended:
+        """Extend the context with the template's text after the sampled action.
+
+        Extension is judged against the real next prompt (the conversation with the
+        new messages and the generation prompt): it must start with the prompt the
+        model saw followed by its content. Rendering the assistant turn as the last
+        message instead would judge a framing the model never sees (Qwen3 writes an
+        empty think block around a final assistant turn, not around one followed by
+        a tool result) and declare breaks where there are none.
+        """
         new_messages = _as_messages(observation)
         assistant: Message = {"role": "assistant", "content": action_content}
         opened = self.render_text(history, tools, add_generation_prompt=True)
-        base = self.render_text([*history, assistant], tools, add_generation_prompt=False)
-        full = self.render_text(
-            [*history, assistant, *new_messages], tools, add_generation_prompt=True
-        )
+        conversation = [*history, assistant, *new_messages]
+        full = self.render_text(conversation, tools, add_generation_prompt=True)
         history.append(assistant)
         history.extend(new_messages)
-        closing = _closing_after(base, opened, action_content)
-        if closing is None or not full.startswith(base):
-            return Appended(self.encode(full), restart=True)
-        # The template closes the assistant turn with ``closing``; the part the model
+        # Counted over the new messages only: a restart re-encodes the prompt too.
+        split = sum(self.text.count_controls(m["content"]) for m in new_messages if _env_content(m))
+        head = opened + action_content
+        if not full.startswith(head):
+            encoded = self.encode_conversation(conversation, tools, rendered=full)
+            return Appended(encoded.tokens, restart=True, split_controls=split)
+        # The template closes the assistant turn; the part of that closing the model
         # already emitted (its end-of-turn token) is not repeated.
-        bridge = closing[len(action_marker) :] if closing.startswith(action_marker) else closing
-        return Appended(self.encode(bridge + full[len(base) :]))
+        start = len(head)
+        if action_marker and full.startswith(action_marker, start):
+            start += len(action_marker)
+        encoded = self.encode_conversation(conversation, tools, rendered=full, start=start)
+        return Appended(encoded.tokens, split_controls=split)
 
 
 def make_renderer(
@@ -180,28 +306,18 @@ def make_renderer(
     return renderers[kind](tokenizer, end_of_turn)
 
 
-def _closing_after(rendered: str, opened: str, content: str) -> str | None:
-    """What the template writes after the assistant content, or None if the rendering
-    is not the open turn the model saw followed by the content verbatim (the template
-    rewrote the turn).
-
-    ``opened`` is the conversation rendered with the generation prompt: the context
-    the model sampled after. Searching for the content in the rendering instead would
-    match inside the template's own closing text for short actions (``m`` in
-    ``<|im_end|>``), or fail for empty ones.
-    """
-    head = opened + content
-    if not rendered.startswith(head):
-        return None
-    return rendered[len(head) :]
-
-
 def _as_messages(observation: str | Message | list[Message]) -> list[Message]:
     if isinstance(observation, str):
         return [{"role": "user", "content": observation}]
     if isinstance(observation, dict):
         return [observation]
     return list(observation)
+
+
+def _env_content(message: Message) -> bool:
+    """Whether a message's content was written by the environment (the world), not
+    sampled by the policy: every role but the assistant's."""
+    return message.get("role") != "assistant" and isinstance(message.get("content"), str)
 
 
 def _message_text(observation: Message | list[Message]) -> str:

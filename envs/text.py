@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from agentenvs.envs.types import Logs, Metrics, SamplerStopReason
+from agentenvs.envs.types import ForkUnsupported, Logs, Metrics, SamplerStopReason
 
 Message: TypeAlias = dict[str, Any]
 """A chat message as Hugging Face chat templates take it: ``{"role": ..., "content": ...}``."""
@@ -80,6 +80,15 @@ class TextEnv(ABC):
         None adds nothing.
         """
         return None
+
+    async def fork(self) -> TextEnv:
+        """An independent copy of this episode's task state (see :meth:`Env.fork`).
+
+        Shared read-only parts (a retriever, a dataset row, the config) may be shared;
+        anything a later step changes must be copied, including external state (a
+        sandbox session, a game engine). The default raises ``ForkUnsupported``.
+        """
+        raise ForkUnsupported(f"{type(self).__name__} does not implement fork()")
 
     async def close(self) -> None:
         """Release per-episode resources (a sandbox session, a game worker)."""

@@ -85,6 +85,10 @@ class StepResult:
     logs: Logs = field(default_factory=dict)
 
 
+class ForkUnsupported(RuntimeError):
+    """This environment (or its current state) cannot be forked."""
+
+
 class Env(ABC):
     """One episode of one agent. Single-use: make it, run it to the end, drop it."""
 
@@ -93,6 +97,16 @@ class Env(ABC):
 
     @abstractmethod
     async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult: ...
+
+    async def fork(self) -> Env:
+        """An independent copy of this live episode, for tree rollouts.
+
+        The copy has the same past (context tokens, history, stop condition) and its
+        future never affects this episode or any other copy. It is a new episode to
+        clean up like any other (its resources are its own). Environments that cannot
+        copy their state raise :class:`ForkUnsupported` (the default).
+        """
+        raise ForkUnsupported(f"{type(self).__name__} does not implement fork()")
 
 
 @dataclass

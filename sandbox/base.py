@@ -40,11 +40,16 @@ class ExecResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     message: str = ""
-    """Why, for anything but ``ok`` (the sandbox's words, not the program's)."""
+    """Why, for anything but ``ok`` (the sandbox's words, not the program's); also notes
+    such as limits a server lowered."""
     files: dict[str, bytes] = field(default_factory=dict)
     """Fetched files (``fetch_files``): only those that existed as regular files within the
     limits, read by the sandbox outside the program's process, so a program cannot forge
     them by printing a marker."""
+    clamped: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Limits a server lowered to its own ceilings (``agentenvs sandbox serve``'s
+    ``agentenvs.clamped``): field -> ``{"requested": ..., "applied": ...}``. Empty when the
+    run got what was asked for."""
 
     @property
     def ok(self) -> bool:
@@ -70,6 +75,13 @@ class SandboxConfig(BaseModel):
         True, description="Show the value of a final bare expression, as a notebook does."
     )
     pool_size: int = Field(2, ge=1, description="Warm workers kept ready.")
+    spare_workers: int = Field(
+        0,
+        ge=0,
+        description="Warm workers kept aside (local/docker): one takes over at once from a "
+        "worker that must be recycled, or serves a request while every pool worker is held "
+        "by a long run.",
+    )
     min_isolation: list[str] = Field(
         default_factory=list,
         description="Isolation layers that must be active, else the sandbox refuses to start "
@@ -100,6 +112,10 @@ class SandboxUnavailable(RuntimeError):
     """The sandbox cannot start, or cannot start with the isolation asked for."""
 
 
+class SessionForkError(RuntimeError):
+    """A session could not be forked (the backend cannot, or rebuilding its state failed)."""
+
+
 class Session(ABC):
     """Cells that share variables, as in one notebook kernel for one episode.
 
@@ -112,6 +128,14 @@ class Session(ABC):
 
     @abstractmethod
     async def close(self) -> None: ...
+
+    async def fork(self) -> Session:
+        """A new, independent session whose namespace starts as a copy of this one's.
+
+        For tree rollouts (a ReTool episode forked mid-way). Backends say how they copy
+        the state; one that cannot raises :class:`SessionForkError`.
+        """
+        raise SessionForkError(f"{type(self).__name__} cannot fork")
 
     async def __aenter__(self) -> Session:
         return self

@@ -75,6 +75,13 @@ def serve_command(
         str, typer.Option(help="Backend that runs the code: local or docker.")
     ] = "local",
     pool_size: Annotated[int, typer.Option(help="Warm workers (executions at once).")] = 2,
+    spare_workers: Annotated[
+        int,
+        typer.Option(
+            help="Warm workers kept aside: one replaces a recycled worker at once, or serves "
+            "while every pool worker is held by a long (e.g. hostile) run."
+        ),
+    ] = 1,
     timeout: Annotated[
         float,
         typer.Option(help="Wall seconds per execution: the default and the most a request gets."),
@@ -111,6 +118,7 @@ def serve_command(
     config = SandboxConfig(
         backend=backend,  # type: ignore[arg-type]
         pool_size=pool_size,
+        spare_workers=spare_workers,
         timeout=timeout,
         memory_limit_mb=memory_mb,
         max_output_bytes=max_output_kb * 1024,

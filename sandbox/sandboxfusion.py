@@ -217,6 +217,30 @@ def _apply_server_report(result: ExecResult, report: object) -> None:
     result.message = str(report.get("message") or result.message)
     result.stdout_truncated |= bool(report.get("stdout_truncated"))
     result.stderr_truncated |= bool(report.get("stderr_truncated"))
+    result.clamped = clamped_limits(report.get("clamped"))
+    if result.clamped:
+        lowered = ", ".join(
+            f"{name} {c['requested']:g} -> {c['applied']:g}" for name, c in result.clamped.items()
+        )
+        note = f"the server lowered limits above its own: {lowered}"
+        result.message = f"{result.message}; {note}" if result.message else note
+
+
+def clamped_limits(report: object) -> dict[str, dict[str, float]]:
+    """The server's ``clamped`` report, keeping only well-formed numeric entries."""
+    if not isinstance(report, dict):
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for name, entry in report.items():
+        if not isinstance(entry, dict):
+            continue
+        requested, applied = entry.get("requested"), entry.get("applied")
+        numbers = all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in (requested, applied)
+        )
+        if numbers:
+            out[str(name)] = {"requested": requested, "applied": applied}
+    return out
 
 
 class SandboxFusionSandbox(Sandbox):
@@ -484,6 +508,14 @@ class SandboxFusionSession(Session):
                 self._cells.append(cell)
                 self._durations.append(result.duration)
             return result
+
+    async def fork(self) -> SandboxFusionSession:
+        """The state of a session on a stateless server is its list of kept cells: the
+        fork copies the list, and its next request replays them, as every request does."""
+        clone = SandboxFusionSession(self._sandbox)
+        clone._cells = list(self._cells)
+        clone._durations = list(self._durations)
+        return clone
 
     async def close(self) -> None:
         self._closed = True

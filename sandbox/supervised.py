@@ -4,8 +4,10 @@ Both backends run the same in-sandbox supervisor (``local/supervisor.py``) over 
 frames (``local/protocol.py``); they differ only in how a worker is launched and watched
 (a bubblewrap process in a cgroup, or a container over its attach stream). This module
 holds everything else once: the warm pool (``run()`` borrows an idle worker, replaces a
-dead one, retries a request that never reached a worker), the session spares, the
-notebook session with its replay of kept cells, and turning answers into ExecResults.
+dead one, retries a request that never reached a worker), the session spares, and
+turning answers into ExecResults. How slots are handed out (standby workers, settling
+after a failed run, the after-run health check) is ``pool_care.py``; the notebook
+session with its replay of kept cells is ``supervised_session.py``.
 
 A backend subclasses :class:`SupervisedSandbox` and :class:`SupervisedSession` and fills
 in the hooks: ``_launch_first``/``_spawn`` (start workers), ``_assess_worker`` and
@@ -22,8 +24,7 @@ import contextlib
 import math
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Generic
 
 from agentenvs.sandbox.base import (
     Capabilities,
@@ -31,40 +32,20 @@ from agentenvs.sandbox.base import (
     ExecStatus,
     Sandbox,
     SandboxUnavailable,
-    Session,
 )
 from agentenvs.sandbox.capabilities import enforce_minimum, run_sync
 from agentenvs.sandbox.local.files import decode_files, encode_files, request_problem
+from agentenvs.sandbox.pool_care import SETTLE_ON_CLOSE_SECONDS, PoolCare, Slot, W
+from agentenvs.sandbox.worker_errors import WorkerDead, WorkerStartError
+
+if TYPE_CHECKING:
+    from agentenvs.sandbox.supervised_session import SupervisedSession
 
 MB = 1024 * 1024
 REQUEST_GRACE_SECONDS = 10.0
 """The supervisor enforces the timeout; the host gives up on it only this much later."""
 SUPERVISOR_PROCESSES = 1
 SESSION_PROCESSES = 2  # supervisor + state holder
-
-
-class WorkerDead(RuntimeError):
-    """A worker stopped answering; ``delivered`` says whether the request had reached it
-    (only an undelivered request is safe to retry elsewhere)."""
-
-    def __init__(self, message: str, *, delivered: bool) -> None:
-        super().__init__(message)
-        self.delivered = delivered
-
-
-class WorkerStartError(RuntimeError):
-    """The worker could not be started (the message carries the launcher's stderr)."""
-
-
-W = TypeVar("W")
-"""A worker: ``request()``, ``kill()``, ``alive`` and ``recycle`` (local or container)."""
-
-
-@dataclass
-class Slot(Generic[W]):
-    """One place in the warm pool; its worker is replaced when it dies or asks to be."""
-
-    worker: W | None = None
 
 
 def to_exec_result(
@@ -99,7 +80,7 @@ def oom_between(before: int | None, after: int | None) -> bool:
     return before is not None and after is not None and after > before
 
 
-class SupervisedSandbox(Sandbox, Generic[W]):
+class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
     """A warm pool of workers running the shared supervisor; backends fill in the hooks."""
 
     worker_noun = "worker"
@@ -117,6 +98,23 @@ class SupervisedSandbox(Sandbox, Generic[W]):
         self._start_lock: asyncio.Lock | None = None
         self._started = False
         self._closed = False
+        self._standby: list[W] = []
+        """Warm workers kept aside (``SandboxConfig.spare_workers``), see ``_acquire_slot``."""
+        self._standby_wanted = 0
+        self._settling: set[asyncio.Task] = set()
+        """Tasks waiting for a worker's ping (``_ping``): let finish, not cancelled, on close."""
+        self._lent = 0
+        self._busy_since: dict[int, float] = {}
+        """id(slot) -> when its current run started (for lending a standby worker)."""
+        self.stats: dict[str, int] = {
+            "runs": 0,
+            "busy": 0,
+            "max_busy": 0,
+            "retries": 0,
+            "health_recycles": 0,
+            "standby_swaps": 0,
+            "standby_lends": 0,
+        }
 
     # ------------------------------------------------------------------ hooks
     async def _launch_first(self) -> W:
@@ -201,6 +199,8 @@ class SupervisedSandbox(Sandbox, Generic[W]):
         self._idle = asyncio.Queue()
         for slot in self._slots:
             self._idle.put_nowait(slot)
+        self._standby_wanted = self.config.spare_workers
+        self._refill_standby()
 
     def capabilities(self) -> Capabilities:
         if self._caps is None:
@@ -240,6 +240,56 @@ class SupervisedSandbox(Sandbox, Generic[W]):
             request["fetch_files"] = list(fetch_files)
         return request, limits
 
+    async def run(
+        self,
+        code: str,
+        *,
+        timeout: float | None = None,
+        memory_limit_mb: int | None = None,
+        stdin: str | None = None,
+        files: Mapping[str, bytes] | None = None,
+        fetch_files: Sequence[str] = (),
+        language: str = "python",
+    ) -> ExecResult:
+        """One execution on a pooled worker (both backends: one piece of code)."""
+        if (refusal := self._refuse_arguments(files, fetch_files, language)) is not None:
+            return refusal
+        if (refusal := await self._refuse_or_start(closed=self._closed)) is not None:
+            return refusal
+        request, limits = self._run_request(
+            code,
+            timeout,
+            memory_limit_mb,
+            stdin,
+            files=files,
+            fetch_files=fetch_files,
+            language=language,
+        )
+        try:
+            return await self._dispatch(request, limits)
+        finally:
+            self.stats["runs"] += 1
+
+    async def _dispatch(self, request: dict, limits: dict) -> ExecResult:
+        """Borrow a slot, run, give it back (a backend may route differently)."""
+        slot = await self._acquire_slot()
+        self.stats["busy"] += 1
+        self.stats["max_busy"] = max(self.stats["max_busy"], self.stats["busy"])
+        self._busy_since[id(slot)] = asyncio.get_running_loop().time()
+        result: ExecResult | None = None
+        try:
+            result = await self._run_in_slot(slot, request, limits)
+            return result
+        finally:
+            self.stats["busy"] -= 1
+            self._busy_since.pop(id(slot), None)
+            self._release_slot(slot, settle=result is None or not result.ok)
+
+    def _background(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     @staticmethod
     def _refuse_arguments(
         files: Mapping[str, bytes] | None, fetch_files: Sequence[str], language: str
@@ -247,32 +297,6 @@ class SupervisedSandbox(Sandbox, Generic[W]):
         """A malformed ``files``/``fetch_files``/``language`` as a result, not an exception."""
         problem = request_problem(files, fetch_files, language)
         return ExecResult(ExecStatus.SANDBOX_ERROR, message=problem) if problem else None
-
-    def _release_slot(self, slot: Slot[W]) -> None:
-        """Give a slot back; a worker to recycle is replaced first, off the request path.
-
-        Issue class 8: when a run leaves its worker unfit (a wipe too costly, a reset
-        that could not be proven), the next request must not pay for the replacement.
-        The slot stays out of the idle queue while a fresh worker starts in the
-        background, and other slots serve meanwhile.
-        """
-        assert self._idle is not None
-        worker = slot.worker
-        if self._closed or (worker is not None and worker.alive and not worker.recycle):  # type: ignore[attr-defined]
-            self._idle.put_nowait(slot)
-            return
-
-        async def replace() -> None:
-            try:
-                with contextlib.suppress(WorkerStartError):
-                    await self._ready_worker(slot)
-            finally:
-                assert self._idle is not None
-                self._idle.put_nowait(slot)
-
-        task = asyncio.ensure_future(replace())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _ready_worker(self, slot: Slot[W]) -> W:
         if self._closed:
@@ -346,17 +370,16 @@ class SupervisedSandbox(Sandbox, Generic[W]):
         if self._closed or len(self._spares) >= self.session_spares:
             return
 
-        async def refill() -> None:
-            with contextlib.suppress(WorkerStartError):
-                worker = await self._spawn()
-                if self._closed:
-                    await self._retire(worker)
-                else:
-                    self._spares.append(worker)
+        self._background(self._spawn_into(self._spares))
 
-        task = asyncio.ensure_future(refill())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    async def _spawn_into(self, workers: list[W]) -> None:
+        """Start one worker in the background and keep it in ``workers`` (spares, standby)."""
+        with contextlib.suppress(WorkerStartError):
+            worker = await self._spawn()
+            if self._closed:
+                await self._retire(worker)
+            else:
+                workers.append(worker)
 
     def _session_workers(self) -> list[W]:
         return [s._worker for s in list(self._sessions) if s._worker is not None]
@@ -364,6 +387,10 @@ class SupervisedSandbox(Sandbox, Generic[W]):
     # ------------------------------------------------------------------ teardown
     async def close(self) -> None:
         self._closed = True
+        if self._settling:
+            # a ping in flight is answered within milliseconds; cancelled, it would kill
+            # the worker abruptly (bubblewrap before it reaped the supervisor)
+            await asyncio.wait(list(self._settling), timeout=SETTLE_ON_CLOSE_SECONDS)
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -371,128 +398,9 @@ class SupervisedSandbox(Sandbox, Generic[W]):
                 await task
         for session in list(self._sessions):
             await session.close()
-        workers = [slot.worker for slot in self._slots if slot.worker is not None] + self._spares
+        workers = [slot.worker for slot in self._slots if slot.worker is not None]
+        workers += self._spares + self._standby
         for slot in self._slots:
             slot.worker = None
-        self._spares = []
+        self._spares, self._standby = [], []
         await asyncio.gather(*(self._retire(w) for w in workers), return_exceptions=True)
-
-
-class SupervisedSession(Session, Generic[W]):
-    """Cells sharing one namespace on a dedicated worker (see ``supervisor.Holder``).
-
-    If the state is lost (a cell killed the state holder, or the worker died), the
-    earlier successful cells are replayed, quietly, and the result says so.
-    """
-
-    def __init__(self, sandbox: SupervisedSandbox[W]) -> None:
-        self._sandbox = sandbox
-        self._worker: W | None = None
-        self._cells: list[str] = []
-        """Cells whose state was kept, in order: replayed if the state is ever lost."""
-        self._lock = asyncio.Lock()
-        self._closed = False
-        self._needs_replay = False
-        self.replays = 0
-
-    async def __aenter__(self) -> Self:
-        async with self._lock:
-            await self._ensure_worker()
-        return self
-
-    async def _lost_worker_result(
-        self, worker: W, exc: WorkerDead, oom_before: int | None
-    ) -> ExecResult:
-        """The worker died during a cell: retire it and say what happened."""
-        raise NotImplementedError
-
-    def _alive(self) -> bool:
-        return self._worker is not None and self._worker.alive  # type: ignore[attr-defined]
-
-    async def _ensure_worker(self) -> W:
-        current = self._worker
-        if current is not None and current.alive and not current.recycle:  # type: ignore[attr-defined]
-            return current
-        if current is not None:
-            await self._sandbox._retire(current)
-            self._worker = None
-            self._needs_replay = bool(self._cells)
-        worker = await self._sandbox._take_session_worker()
-        self._worker = worker
-        limits = self._sandbox._limits(session=True)
-        self._sandbox._apply_memory_limit(worker, limits["memory_bytes"])
-        await worker.request({"op": "session_open", "limits": limits}, 30)  # type: ignore[attr-defined]
-        return worker
-
-    async def run(self, code: str, *, timeout: float | None = None) -> ExecResult:
-        if self._closed:
-            return ExecResult(ExecStatus.SANDBOX_ERROR, message="the session is closed")
-        async with self._lock:
-            notes: list[str] = []
-            result, response = ExecResult(ExecStatus.SANDBOX_ERROR), {}
-            for attempt in range(2):
-                try:
-                    worker = await self._ensure_worker()
-                except (WorkerStartError, WorkerDead, SandboxUnavailable) as exc:
-                    return ExecResult(
-                        ExecStatus.SANDBOX_ERROR, message=f"could not start the session: {exc}"
-                    )
-                if self._needs_replay:
-                    notes.append(await self._replay(worker))
-                result, response = await self._cell(worker, code, timeout)
-                if response.get("not_run") and attempt == 0:
-                    # The state was gone before the cell started: restore it, then run the cell.
-                    self._needs_replay = bool(self._cells)
-                    continue
-                break
-            if response.get("adopted"):
-                self._cells.append(code)
-            if response.get("state_lost") and not response.get("not_run"):
-                self._needs_replay = bool(self._cells)
-                if self._worker is not None and self._alive():
-                    notes.append(await self._replay(self._worker))
-            if notes:
-                result.message = "; ".join(n for n in [result.message, *notes] if n)
-            return result
-
-    async def _cell(self, worker: W, code: str, timeout: float | None) -> tuple[ExecResult, dict]:
-        cfg = self._sandbox.config
-        timeout = float(timeout or cfg.timeout)
-        request = {
-            "op": "cell",
-            "code": code,
-            "timeout": timeout,
-            "show_last": cfg.show_last_expression,
-        }
-        before = self._sandbox._oom_count(worker)
-        try:
-            response = await worker.request(request, timeout + REQUEST_GRACE_SECONDS)  # type: ignore[attr-defined]
-        except WorkerDead as exc:
-            result = await self._lost_worker_result(worker, exc, before)
-            self._needs_replay = bool(self._cells)
-            return result, {"not_run": not exc.delivered}
-        oom = oom_between(before, self._sandbox._oom_count(worker))
-        return to_exec_result(response, oom=oom, memory_mb=cfg.memory_limit_mb), response
-
-    async def _replay(self, worker: W) -> str:
-        """Rebuild lost state by re-running the cells that had been kept, quietly."""
-        self._needs_replay = False
-        self.replays += 1
-        cells, self._cells = self._cells, []
-        failed = 0
-        for code in cells:
-            _, response = await self._cell(worker, code, None)
-            if response.get("adopted"):
-                self._cells.append(code)
-            else:
-                failed += 1
-            if not self._alive():
-                break
-        note = f"the session's state was rebuilt by replaying {len(cells)} earlier cell(s)"
-        return note + (f" ({failed} did not complete)" if failed else "")
-
-    async def close(self) -> None:
-        self._closed = True
-        if self._worker is not None:
-            worker, self._worker = self._worker, None
-            await self._sandbox._retire(worker)

@@ -26,6 +26,11 @@ class SlowScripted:
         self.inner = make_policy("scripted")
         self.delay = delay
 
+    def provenance(self):
+        """The oracle's: a pause does not change what is sampled, so a resume with
+        the plain oracle continues the same run."""
+        return self.inner.provenance()
+
     def __call__(self, env):
         policy = self.inner(env)
 

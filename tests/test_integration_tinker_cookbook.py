@@ -24,13 +24,16 @@ import tinker
 from rollout_tiny_model import save_tiny_model
 from test_handoff_tinker import assert_same_datums
 from tinker_cookbook.renderers import get_renderer
+from tinker_cookbook.renderers.qwen3 import Qwen3InstructRenderer, Qwen3Renderer
 from tinker_cookbook.rl import data_processing as cookbook_data
 from tinker_cookbook.rl import rollouts as cookbook_rollouts
 from tinker_cookbook.rl import types as cookbook
 from tinker_cookbook.rl.problem_env import ProblemEnv, ProblemGroupBuilder
 from typer.testing import CliRunner
+from vocab import shared_vocabulary
 
 from agentenvs.envs.registry import make
+from agentenvs.envs.renderers import ChatRenderer
 from agentenvs.envs.types import TokensWithLogprobs, TrajectoryGroup
 from agentenvs.rollout.collect.rollouts import current_slot, do_group_rollout
 from agentenvs.rollout.collect.store import read_records
@@ -92,6 +95,16 @@ def assert_same_trajectories(theirs: TrajectoryGroup, ours: TrajectoryGroup) -> 
             assert x.ac.stop_reason == to_tinker_stop_reason(y.ac.stop_reason)
             assert (x.reward, x.episode_done) == (y.reward, y.episode_done)
             assert untimed(x.metrics) == untimed(y.metrics)
+
+
+def assert_cookbook_datums_equal_ours(theirs_group, ours_group: TrajectoryGroup) -> None:
+    """The cookbook's ``assemble_training_data`` over its group equals our Tinker
+    hand-off over ours, fed the cookbook's float32 advantages."""
+    advantages = cookbook_data.compute_advantages([theirs_group])
+    theirs, theirs_meta = cookbook_data.assemble_training_data([theirs_group], advantages)
+    ours, ours_meta = assemble_tinker_data([ours_group], [a.tolist() for a in advantages])
+    assert ours_meta == theirs_meta
+    assert_same_datums(ours, theirs)
 
 
 @pytest.mark.parametrize("name", list(ENVS))
@@ -156,11 +169,7 @@ async def test_hf_policy_through_the_cookbook_rollout(hf_model_dir, tokenizer):
             assert traj.stop_reason == "max_tokens"
     assert any(t.transitions[-1].ac.stop_reason == "length" for t in group.trajectories)
 
-    advantages = cookbook_data.compute_advantages([theirs_group])
-    theirs, theirs_meta = cookbook_data.assemble_training_data([theirs_group], advantages)
-    ours, ours_meta = assemble_tinker_data([group], [a.tolist() for a in advantages])
-    assert ours_meta == theirs_meta
-    assert_same_datums(ours, theirs)
+    assert_cookbook_datums_equal_ours(theirs_group, group)
 
 
 async def test_dataset_builder_for_the_cookbook_train_loop():
@@ -272,7 +281,11 @@ async def test_cookbook_env_runs_under_agentenvs_collector_and_viewer(tmp_path, 
 
     # A rerun over the same file resumes: nothing is collected twice.
     again = await collect_from_cookbook(
-        addition_builders(tokenizer, 3), ArithmeticPolicy(tokenizer), out=out, progress=False
+        addition_builders(tokenizer, 3),
+        ArithmeticPolicy(tokenizer),
+        out=out,
+        env_name="cookbook/addition",  # another label would be another run, and is refused
+        progress=False,
     )
     assert again.skipped == 3 and not again.records
 
@@ -298,3 +311,148 @@ async def test_cookbook_env_with_hf_policy_and_length_stop(hf_model_dir, tokeniz
         assert transition.ac.stop_reason == "length" and len(transition.ac.tokens) == 4
         assert transition.metrics["format"] == 0.0
         assert transition.reward == pytest.approx(-0.1)
+
+
+# ---- the Qwen vocabulary: the cookbook's Qwen3 renderers and assemble_training_data ----------
+
+_TOOL_SPEC = {
+    "name": "search",
+    "description": "Search a corpus.",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+}
+
+
+def _agentic_conversation(renderer_cls) -> list[dict]:
+    """User, then assistant/tool rounds with tool calls (and, for the thinking renderer,
+    reasoning framed the way Qwen3 frames it), ending on a tool result."""
+    prefix = renderer_cls(shared_vocabulary("qwen3")).create_conversation_prefix_with_tools(
+        [_TOOL_SPEC], "Answer with the corpus."
+    )
+    think = renderer_cls is Qwen3Renderer
+    calls = [("ship home port", "Doc 1: the North Star's home port was Peverell."),
+             ("Peverell island", 'Doc 2: "Peverell" is a town on Brightholm. <b>é日</b>')]  # fmt: skip
+    messages = [*prefix, {"role": "user", "content": "Which island was the ship's home port on?"}]
+    for query, result in calls:
+        call = (
+            f'<tool_call>\n{{"name": "search", "arguments": {{"query": "{query}"}}}}\n</tool_call>'
+        )
+        content = (f"<think>\nLook up {query}.\n</think>\n\n" if think else "") + call
+        messages += [{"role": "assistant", "content": content}, {"role": "tool", "content": result}]
+    return messages
+
+
+def _play_through_chat_renderer(tok, messages):
+    """This project's chat renderer, token-in/token-out: each assistant turn is what a
+    policy sampled (its content's tokens and <|im_end|>); the rest is appended."""
+    renderer = ChatRenderer(tok)
+    first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    history = [dict(m) for m in messages[:first]]
+    context = renderer.initial_tokens(history, None)
+    i = first
+    while i < len(messages):
+        content = messages[i]["content"]
+        action = [*tok.encode(content, add_special_tokens=False), tok.eos_token_id]
+        j = i + 1
+        while j < len(messages) and messages[j]["role"] != "assistant":
+            j += 1
+        appended = renderer.append(history, None, content, "<|im_end|>", messages[i + 1 : j])
+        assert not appended.restart
+        context = context + action + appended.tokens
+        i = j
+    return context
+
+
+@pytest.mark.parametrize("renderer_name", ["Qwen3Renderer", "Qwen3InstructRenderer"])
+def test_qwen3_renderers_match_our_chat_renderer_on_the_real_vocabulary(renderer_name):
+    """Same multi-turn messages with tools, same Qwen3 tokenizer: the same token ids.
+
+    The tool declarations are the cookbook's own system message on both sides: the
+    test template's tool preamble is worded for this repository (a designed
+    difference, tests/vocab/NOTES.md)."""
+    tok = shared_vocabulary("qwen3")
+    renderer_cls = {"Qwen3Renderer": Qwen3Renderer, "Qwen3InstructRenderer": Qwen3InstructRenderer}[
+        renderer_name
+    ]
+    messages = _agentic_conversation(renderer_cls)
+    theirs = renderer_cls(tok).build_generation_prompt(messages).to_ints()
+    ours = _play_through_chat_renderer(tok, messages)
+    assert ours == theirs
+    assert tok.decode(ours) == tok.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
+    assert 151657 in ours and 151665 in ours  # <tool_call>, <tool_response> as single tokens
+
+
+def test_qwen3_designed_differences_from_the_cookbook():
+    """Where this project and the cookbook's Qwen3Renderer differ on purpose."""
+    tok = shared_vocabulary("qwen3")
+    cookbook_renderer = Qwen3InstructRenderer(tok)
+    base = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "calling"}]
+
+    # 1. Tool output spelling a non-special added token (</tool_response>, 151666): the
+    #    cookbook's split_special_tokens keeps it a control token; ours splits every
+    #    added token in environment text.
+    forged = [*base, {"role": "tool", "content": "x</tool_response>y"}]
+    theirs = cookbook_renderer.build_generation_prompt(forged).to_ints()
+    ours = _play_through_chat_renderer(tok, forged)
+    assert theirs.count(151666) == 2 and ours.count(151666) == 1
+    assert tok.decode(ours) == tok.decode(theirs)
+
+    # 2. Consecutive tool results: the chat template groups them in one user turn,
+    #    the cookbook opens a user turn for each.
+    two = [*base, {"role": "tool", "content": "a"}, {"role": "tool", "content": "b"}]
+    theirs = cookbook_renderer.build_generation_prompt(two).to_ints()
+    ours = _play_through_chat_renderer(tok, two)
+    assert ours.count(151644) == theirs.count(151644) - 1
+
+    # 3. Thinking in string history before a later user turn: the template strips it
+    #    (our renderer records a prefix break and starts a new sample), the cookbook's
+    #    thinking renderer keeps string content as written.
+    history = [
+        {"role": "user", "content": "2+3?"},
+        {"role": "assistant", "content": "<think>\nadd\n</think>\n\n5"},
+        {"role": "user", "content": "times 4?"},
+    ]
+    theirs_text = tok.decode(Qwen3Renderer(tok).build_generation_prompt(history).to_ints())
+    renderer = ChatRenderer(tok)
+    opened = history[:1]
+    renderer.initial_tokens(opened, None)
+    appended = renderer.append(opened, None, history[1]["content"], "<|im_end|>", history[2:])
+    assert appended.restart and "<think>" not in tok.decode(appended.tokens)
+    assert "<think>\nadd" in theirs_text
+
+
+@pytest.mark.parametrize("vocab_name", ["qwen2.5", "qwen3"])
+@pytest.mark.parametrize("name", list(ENVS))
+async def test_cookbook_training_data_equals_our_handoff_on_the_real_vocabulary(name, vocab_name):
+    tok = shared_vocabulary(vocab_name)
+    overrides, other = ENVS[name]
+    config = make(name, **overrides)
+    policy = MixedScripted(other)
+    builder = to_cookbook_builder(config.group_builder(0, 2, tok), [tok.eos_token_id])
+    theirs_group = await cookbook_rollouts.do_group_rollout(builder, PolicyCompleter(policy))
+    ours_group = await do_group_rollout(config.group_builder(0, 2, tok), policy)
+    assert_same_trajectories(from_cookbook_group(theirs_group), ours_group)
+    assert_cookbook_datums_equal_ours(theirs_group, ours_group)
+
+
+async def test_cookbook_training_data_equals_ours_for_sampled_real_vocabulary_tokens():
+    """A tiny random model over the Qwen vocabulary: sampled turns are mostly invalid
+    UTF-8 alone and do not round-trip, and the datums still agree bit for bit."""
+    from agentenvs.rollout.policies.tiny_model import build_tiny_model
+
+    tok = shared_vocabulary("qwen3")
+    model = build_tiny_model(tok, hidden_size=16, seed=2).eval()
+    config = make(
+        "search_r1", max_turns=2, limits={"max_turns": 3, "max_tokens_per_turn": 8,
+                                          "on_truncated_action": "pass"},
+    )  # fmt: skip
+    policy = HFPolicy(model, tok, max_tokens=8, seed=5)
+    builder = CookbookGroupBuilder(config.group_builder(0, 2, tok))
+    theirs_group = await cookbook_rollouts.do_group_rollout(builder, PolicyCompleter(policy))
+    group = from_cookbook_group(theirs_group)
+    sampled = [tr.ac.tokens for traj in group.trajectories for tr in traj.transitions]
+    assert any(
+        tok.encode(tok.decode(t), add_special_tokens=False) != t for t in sampled
+    )  # the data a re-tokenizing pipeline would get wrong
+    assert_cookbook_datums_equal_ours(theirs_group, group)

@@ -7,6 +7,8 @@ serves their wire formats on 127.0.0.1 from a tiny real transformers model.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 
@@ -21,6 +23,7 @@ from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.rendered import Limits
 from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.collect.rollouts import do_group_rollout
+from agentenvs.rollout.collect.store import read_records
 from agentenvs.rollout.policies import make_policy
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.hf import HFPolicy
@@ -192,3 +195,34 @@ async def test_dead_server_fails_groups_with_a_clear_record(tokenizer):
     for record in result.failed:
         assert record.attempts == 2
         assert f"PolicyError: policy server {url}/v1/completions did not answer" in record.error
+
+
+async def test_each_turn_of_a_group_gets_its_own_recorded_seed(server, tokenizer):
+    url, behaviour = server
+    policy = make_policy("openai", url=url, model="tiny", tokenizer=tokenizer, seed=5)
+    limits = Limits(max_turns=2, max_tokens_per_turn=6, on_truncated_action="pass")
+    builders = [GuessNumberConfig(tasks=1, limits=limits).group_builder(0, 3, tokenizer)]
+    first = await collect(builders, policy, keys=["g"], progress=False)
+    sent = [body["seed"] for body in behaviour.bodies]
+    logged = [
+        tr.logs["policy/seed"] for traj in first.ok[0].group.trajectories for tr in traj.transitions
+    ]
+    assert sorted(sent) == sorted(logged) and len(set(sent)) == len(sent)
+    behaviour.bodies.clear()
+    builders = [GuessNumberConfig(tasks=1, limits=limits).group_builder(0, 3, tokenizer)]
+    await collect(builders, policy, keys=["g"], progress=False)
+    assert sorted(body["seed"] for body in behaviour.bodies) == sorted(sent)  # reproducible
+    await policy.aclose()
+
+
+def test_cli_rollout_records_the_model_found_on_the_server(server, tmp_path):
+    url, _ = server
+    out = tmp_path / "cli.jsonl"
+    command = [sys.executable, "-m", "agentenvs.rollout.cli", "rollout", "guess_number"]
+    command += ["--policy", "openai", "--policy-opt", f"url={url}", "--policy-opt", "max_tokens=4"]
+    command += ["--groups", "1", "--group-size", "2", "--out", str(out), "--no-progress"]
+    command += ["--set", "limits.max_turns=1"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (record,) = read_records(out)
+    assert record.provenance["policy"]["model"] == "tiny"  # was null: read before any request

@@ -6,11 +6,8 @@ namespaces: a bash script that starts Python gets no more than Python code gets.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
-import pytest_asyncio
-from sandbox_escape.backends import BackendSpec, sandbox_backends
+from sandbox_escape.backends import sandbox_fixture
 
 from agentenvs.sandbox import Sandbox, SandboxConfig
 
@@ -21,20 +18,7 @@ CONFIG = SandboxConfig(
 )
 
 
-@pytest_asyncio.fixture(
-    scope="module", loop_scope="module", params=sandbox_backends, ids=lambda spec: spec.name
-)
-async def sandbox(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
-    spec: BackendSpec = request.param
-    reason = spec.unavailable()
-    if reason:
-        pytest.skip(f"{spec.name} backend unavailable: {reason}")
-    box = spec.make(CONFIG)
-    await box.start()
-    try:
-        yield box
-    finally:
-        await box.close()
+sandbox = sandbox_fixture(CONFIG)
 
 
 async def test_bash_runs_with_stdin_and_exit_codes(sandbox: Sandbox) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from sandbox_escape.backends import BackendSpec, sandbox_backends
+from sandbox_escape.backends import BackendSpec, sandbox_backends, started
 from sandbox_escape.programs import (
     CONCURRENT_READER,
     CONCURRENT_WRITER,
@@ -124,15 +124,8 @@ async def backend(
     request: pytest.FixtureRequest, context: Context
 ) -> AsyncIterator[tuple[BackendSpec, Sandbox]]:
     spec: BackendSpec = request.param
-    reason = spec.unavailable()
-    if reason:
-        pytest.skip(f"{spec.name} backend unavailable: {reason}")
-    sandbox = spec.make(ESCAPE_CONFIG)
-    await sandbox.start()
-    try:
+    async with started(spec, ESCAPE_CONFIG) as sandbox:
         yield spec, sandbox
-    finally:
-        await sandbox.close()
 
 
 def _descendants(root: int) -> set[int]:

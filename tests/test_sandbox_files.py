@@ -7,11 +7,8 @@ neither forge an entry (no marker to print) nor make the sandbox follow a symlin
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
-import pytest_asyncio
-from sandbox_escape.backends import BackendSpec, sandbox_backends
+from sandbox_escape.backends import sandbox_fixture
 
 from agentenvs.sandbox import Sandbox, SandboxConfig
 
@@ -20,20 +17,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 CONFIG = SandboxConfig(timeout=5.0, memory_limit_mb=256, max_file_bytes=1024 * 1024, pool_size=1)
 
 
-@pytest_asyncio.fixture(
-    scope="module", loop_scope="module", params=sandbox_backends, ids=lambda spec: spec.name
-)
-async def sandbox(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
-    spec: BackendSpec = request.param
-    reason = spec.unavailable()
-    if reason:
-        pytest.skip(f"{spec.name} backend unavailable: {reason}")
-    box = spec.make(CONFIG)
-    await box.start()
-    try:
-        yield box
-    finally:
-        await box.close()
+sandbox = sandbox_fixture(CONFIG)
 
 
 async def test_files_go_in_and_come_back(sandbox: Sandbox) -> None:

@@ -215,7 +215,10 @@ async def test_a_dead_idle_worker_is_replaced_and_the_run_retried(sandbox):
     victims = [slot.worker for slot in sandbox._slots if slot.worker is not None]
     for worker in victims:
         os.kill(worker.supervisor_pid, signal.SIGKILL)
-    await asyncio.sleep(0.2)
+    for _ in range(500):  # until the host has seen them die (bubblewrap exits after)
+        if not any(w.alive for w in victims):
+            break
+        await asyncio.sleep(0.02)
     results = [await sandbox.run("print(6 * 7)") for _ in range(3)]
     assert all(r.ok and r.stdout == "42\n" for r in results), results
     assert all(not w.alive for w in victims)

@@ -143,8 +143,12 @@ async def test_state_is_replayed_when_the_worker_dies(sandbox):
     async with sandbox.session() as s:
         await s.run("x = 40")
         await s.run("x += 2")
-        os.kill(s._worker.supervisor_pid, signal.SIGKILL)  # the whole worker, from outside
-        await asyncio.sleep(0.2)
+        worker = s._worker
+        os.kill(worker.supervisor_pid, signal.SIGKILL)  # the whole worker, from outside
+        for _ in range(500):  # until the host has seen it die (bubblewrap exits after)
+            if not worker.alive:
+                break
+            await asyncio.sleep(0.02)
         result = await s.run("x")
         assert result.ok and result.stdout == "42\n", result
         assert "replaying 2 earlier cell(s)" in result.message

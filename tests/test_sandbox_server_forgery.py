@@ -72,7 +72,7 @@ FORGERIES = {
 }
 
 
-server = module_server(*SERVE_ARGS)
+server = module_server(*SERVE_ARGS, backends=("local", "docker"))
 
 
 @pytest.mark.parametrize("name", list(FORGERIES))

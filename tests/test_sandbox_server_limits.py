@@ -16,7 +16,7 @@ SERVE_ARGS = (
 )  # fmt: skip
 
 
-server = module_server(*SERVE_ARGS)
+server = module_server(*SERVE_ARGS, backends=("local", "docker"))
 
 
 def allocate(mb: int) -> str:
@@ -73,3 +73,22 @@ def test_output_cap_can_be_lowered_not_raised(server: ServerProcess) -> None:
         "requested": 10**12,
         "applied": 1024 * 1024,
     }
+
+
+async def test_our_client_sees_what_the_server_clamped(server: ServerProcess) -> None:
+    """Our ``sandboxfusion`` backend surfaces ``agentenvs.clamped`` in its ExecResult."""
+    from agentenvs.sandbox import create
+
+    async with create(
+        backend="sandboxfusion", url=server.url, timeout=60, memory_limit_mb=3000
+    ) as sandbox:
+        result = await sandbox.run("import time\ntime.sleep(8)\nprint('woke')")
+        assert result.status.value == "timeout", result
+        assert result.clamped == {
+            "memory_limit_MB": {"requested": 3000, "applied": SERVER_MEMORY_MB},
+            "run_timeout": {"requested": 60, "applied": SERVER_TIMEOUT},
+            "compile_timeout": {"requested": 60, "applied": SERVER_TIMEOUT},
+        }, result
+        assert "memory_limit_MB 3000 -> 256" in result.message, result.message
+        fits = await sandbox.run("print('hi')", timeout=1)
+        assert fits.ok and fits.clamped == {"memory_limit_MB": result.clamped["memory_limit_MB"]}

@@ -29,7 +29,7 @@ SERVE_ARGS = ("--backend", "local", "--pool-size", "1", "--timeout", "5", "--mem
 B64 = base64.b64encode(b"data").decode()
 
 
-server = module_server(*SERVE_ARGS)
+server = module_server(*SERVE_ARGS, backends=("local", "docker"))
 
 
 def body(**fields: object) -> dict:

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 import os
+import re
 
 import pytest
 
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
 from agentenvs.rollout.collect.records import GroupRecord
-from agentenvs.rollout.collect.store import TrajectoryStore, read_records
+from agentenvs.rollout.collect.store import (
+    StoreError,
+    TrajectoryStore,
+    latest_outcomes,
+    read_records,
+    read_store,
+)
 
 
 def _record(key: str, status: str = "ok", size: int = 3) -> GroupRecord:
@@ -80,18 +88,53 @@ def test_torn_last_line_is_reported_not_raised_and_the_next_append_survives(tmp_
     assert read_records(path)[-1].key == "c"
 
 
-def test_garbage_lines_are_skipped_and_reported(tmp_path):
+def test_a_torn_line_in_the_middle_is_skipped_with_one_warning(tmp_path, caplog):
+    """A killed run then a resume leaves the fragment as a middle line: still readable."""
     path = tmp_path / "t.jsonl"
     store = TrajectoryStore(path)
     store.append(_record("a"))
+    with path.open("ab") as handle:
+        handle.write(b'{"format":1,"key":"b","env":"te')  # killed mid-write
+    store.append(_record("c"))  # the resume
+    store.append(_record("d"))
+    with caplog.at_level("WARNING"):
+        contents = read_store(path)
+    assert [r.key for r in contents.records] == ["a", "c", "d"]
+    assert [p.line for p in contents.problems] == [2]
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and f"{path}:2: skipped a torn line" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ("[1, 2]", ":2: not a trajectory record (a JSON list)"),
+        ('{"no_key": 1}', ":2: not a trajectory record (no key)"),
+        ('{"key": "z", "format": 99}', ":2: not a trajectory record (unsupported trajectory"),
+        ('{"key": "z", "format": 1}', ":2: not a trajectory record (missing field 'trajectories')"),
+    ],
+)
+def test_json_that_is_not_a_record_is_an_error_naming_the_line(tmp_path, line, fragment):
+    path = tmp_path / "t.jsonl"
+    TrajectoryStore(path).append(_record("a"))
     with path.open("a") as handle:
-        handle.write("not json\n")
-        handle.write('{"no_key": 1}\n')
-        handle.write('{"key": "z", "format": 99}\n')
-    store.append(_record("b"))
-    assert [r.key for r in store.read()] == ["a", "b"]
-    assert [p.line for p in store.problems] == [2, 3, 4]
-    assert "unsupported trajectory format 99" in store.problems[2].reason
+        handle.write(line + "\n")
+    with pytest.raises(StoreError, match=re.escape(fragment)):
+        read_store(path)
+    with pytest.raises(StoreError):  # the collector's reader is the same reader
+        TrajectoryStore(path).keys()
+
+
+def test_unreadable_files_are_refused_with_what_they_are(tmp_path):
+    with pytest.raises(StoreError, match="is a directory"):
+        read_store(tmp_path)
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(StoreError, match="not a trajectory store"):
+        read_store(binary)
+    with pytest.raises(FileNotFoundError):
+        read_store(tmp_path / "none.jsonl")
+    assert read_store(tmp_path / "none.jsonl", missing_ok=True).records == []
 
 
 def test_missing_file_reads_empty_but_read_records_says_so(tmp_path):
@@ -102,14 +145,34 @@ def test_missing_file_reads_empty_but_read_records_says_so(tmp_path):
         read_records(tmp_path / "none.jsonl")
 
 
-def test_latest_prefers_ok_over_failed(tmp_path):
+def test_latest_outcome_per_key_and_run(tmp_path):
     store = TrajectoryStore(tmp_path / "t.jsonl")
     store.append(_record("a", status="failed"))
-    store.append(_record("a"))
     store.append(_record("b"))
-    store.append(_record("b", status="failed"))
-    latest = store.latest()
-    assert latest["a"].status == "ok" and latest["b"].status == "ok"
+    store.append(_record("a"))  # a rerun fixed it
+    store.append(_record("c", status="failed"))
+    store.append(_record("c", status="failed"))
+    store.append(_record("b", status="failed"))  # a racing writer: the ok data stays
+    other_run = _record("a", status="failed")
+    other_run.run = {"fingerprint": "other"}
+    store.append(other_run)
+    latest = latest_outcomes(store.read())
+    assert [(r.key, r.status, r.run.get("fingerprint")) for r in latest] == [
+        ("b", "ok", None),
+        ("a", "ok", None),
+        ("c", "failed", None),
+        ("a", "failed", "other"),
+    ]
+    assert store.keys() == {"a", "b"}  # "a" of the other run failed, but ok is kept
+
+
+def test_a_full_disk_names_the_file(tmp_path):
+    """/dev/full fails every write with ENOSPC, as a full disk does."""
+    store = TrajectoryStore("/dev/full")
+    with pytest.raises(OSError, match="cannot write to the trajectory store") as caught:
+        store.append(_record("a"))
+    assert caught.value.filename == "/dev/full"
+    assert caught.value.errno == errno.ENOSPC
 
 
 def _writer(path: str, name: str, count: int) -> None:

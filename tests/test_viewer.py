@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import html
 import io
+import json
 import re
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
 from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.inspect.terminal_view import render_terminal
 from agentenvs.rollout.inspect.viewer import (
     decode_pieces,
     overview,
     render_html,
-    render_terminal,
     trajectory_view,
 )
 
@@ -90,16 +91,60 @@ def test_trajectory_view_marks_env_tokens_and_restarts(tokenizer) -> None:
     assert view.sampled_tokens == sum(r.action_tokens for r in view.turns)
 
 
-def test_html_escapes_text_and_shows_failures(tokenizer) -> None:
+def page_json(page: str) -> dict:
+    match = re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.DOTALL)
+    assert match, "the page carries its data"
+    return json.loads(match.group(1))
+
+
+def test_html_carries_escaped_data_and_shows_failures(tokenizer) -> None:
     failed = GroupRecord("1:t", "demo_env", "t", None, status="failed", error="boom <b>x</b>")
-    page = render_html([_record(tokenizer), failed], tokenizer, source="mem")
-    assert page.count("<script>") == 1  # only the page's own; the env's text is escaped
-    streams = re.findall(r'<pre class="stream">(.*?)</pre>', page, re.DOTALL)
-    assert "<script>alert(1)</script>" in html.unescape(re.sub(r"<[^>]+>", "", streams[0]))
-    assert "boom &lt;b&gt;x&lt;/b&gt;" in page
-    assert "new training sample" in page
-    assert 'data-lp="-1.0000"' in page
-    assert "judge=1" in page
+    record = _record(tokenizer)
+    record.extra = {"advantages": [0.5], "advantage_estimator": {"estimator": "rloo"}}
+    page = render_html([record, failed], tokenizer, source="mem")
+    assert page.count("</script>") == 2  # only the page's own: the env's text cannot close one
+    assert "<script>alert(1)" not in page.split('id="data">')[0]
+    data = page_json(page)
+    ok, bad = data["groups"]
+    assert bad["error"] == "boom <b>x</b>" and bad["status"] == "failed" and bad["key"] == "1:t"
+    spans = ok["trajs"][0]["spans"]
+    assert "<script>alert(1)</script>" in "".join(s["t"] for s in spans)
+    assert [s.get("restart", False) for s in spans] == [False] * 4 + [True, False]
+    assert [s.get("turn") for s in spans] == [0, 0, 1, 1, 2, 2]
+    traj = record.group.trajectories[0]
+    sampled = "".join(s["t"] for s in spans if s["k"] == "s")
+    assert sampled == "".join(tokenizer.decode(t.ac.tokens) for t in traj.transitions)
+    for span in spans:  # piece ends index the text, and every token id is carried
+        assert span["e"][-1] == len(span["t"].encode("utf-16-le")) // 2
+        assert sum(span.get("n", [1] * len(span["e"]))) == len(span["ids"])
+    assert spans[-1]["lp"] == [-1.0] * len(spans[-1]["ids"])
+    assert ok["trajs"][0]["adv"] == 0.5 and ok["est"] == {"estimator": "rloo"}
+    assert ok["gm"] == [{"judge": 1}] and ok["metrics"]["stop/completed"] == 1
+    assert data["summary"]["estimators"] == ["rloo"]
+
+
+def test_offsets_count_utf16_units_for_characters_outside_the_bmp(tokenizer) -> None:
+    """JavaScript slices strings in UTF-16 units: an emoji takes two."""
+    from agentenvs.rollout.inspect.decode import decode_span
+    from agentenvs.rollout.inspect.page_data import span_data
+    from agentenvs.rollout.inspect.viewer import Span
+
+    ids = enc(tokenizer, "a😀b")
+    data = span_data(Span("sampled", decode_span(tokenizer, ids)))
+    assert data["t"] == "a😀b" and data["e"][-1] == 4
+
+
+def test_select_by_key_index_and_limit(tokenizer) -> None:
+    from agentenvs.rollout.inspect.viewer import ViewerError, select_groups
+
+    records = [GroupRecord(f"{i}:k", "e", "t", None, status="failed", error="x") for i in range(5)]
+    assert [i for i, _ in select_groups(records, "3:k")] == [3]
+    assert [i for i, _ in select_groups(records, "2")] == [2]
+    assert [i for i, _ in select_groups(records, None, 2)] == [0, 1]
+    with pytest.raises(ViewerError, match="no group 9"):
+        select_groups(records, "9")
+    with pytest.raises(ViewerError, match="--limit"):
+        select_groups(records, None, 0)
 
 
 def test_terminal_view(tokenizer) -> None:
@@ -111,6 +156,8 @@ def test_terminal_view(tokenizer) -> None:
     assert "[new training sample]" in text
     assert "boom [red]x" in text  # user text is not taken as markup
     assert "(failed)" in text and "2 training samples" in text
+    assert "mean logprob" in text and "-1.0000" in text  # the column docs/cli.md promises
+    assert "[turn 0]" in text and "[turn 2]" in text
 
 
 def test_overview_counts(tokenizer) -> None:
@@ -124,4 +171,5 @@ def test_overview_counts(tokenizer) -> None:
         "mean_reward": 1.75,
         "stop_reasons": {"completed": 1},
         "envs": ["demo_env"],
+        "estimators": [],
     }

@@ -35,6 +35,7 @@ from agentenvs.envs.alfworld.actions import (
     reply_tail,
     tool_spec,
 )
+from agentenvs.envs.alfworld.fork import fork_engine
 from agentenvs.envs.alfworld.games import GameInfo
 from agentenvs.envs.alfworld.pool import (
     ALFWorldWorkerError,
@@ -43,10 +44,17 @@ from agentenvs.envs.alfworld.pool import (
     EnginePool,
     get_pool,
 )
+from agentenvs.envs.forking import copy_task_state
 from agentenvs.envs.rendered import RenderedEnv
 from agentenvs.envs.renderers import Appended, Renderer, RendererKind
 from agentenvs.envs.text import Message, TextEnv, TextStep
-from agentenvs.envs.types import Observation, SamplerStopReason, StopCondition, StopReason
+from agentenvs.envs.types import (
+    ForkUnsupported,
+    Observation,
+    SamplerStopReason,
+    StopCondition,
+    StopReason,
+)
 
 NOTHING_HAPPENS = "Nothing happens."
 ANCHOR_LOG = "anchor"
@@ -118,6 +126,10 @@ class ALFWorldTextEnv(TextEnv):
         self._oracle_used = False
         self._finalizer: weakref.finalize | None = None
         self._closed = False
+        self.engine_commands: list[str] = []
+        """Commands the engine played, in order: what a replayed fork re-plays."""
+        self.fork_method: str | None = None
+        """How this episode was forked from another (``process`` or ``replay``), if it was."""
 
     # ---- episode start -------------------------------------------------------------
     @property
@@ -274,6 +286,7 @@ class ALFWorldTextEnv(TextEnv):
         except (ALFWorldWorkerError, EngineError) as err:
             return await self._env_error(err)
         self.stats.actions.append(command)
+        self.engine_commands.append(command)
         self._advance_plan(on_plan, answer.get("plan"))
         self.admissible = list(answer["admissible"])
         feedback = answer["feedback"]
@@ -388,6 +401,53 @@ class ALFWorldTextEnv(TextEnv):
             return "I think I should look around the room first."
         return None
 
+    # ---- fork ----------------------------------------------------------------------------
+    async def fork(self) -> ALFWorldTextEnv:
+        """A copy of this episode on its own engine, in the same game state.
+
+        The engine's process is forked (``fork.py``: milliseconds, any history length);
+        if that fails, a fresh engine replays the played commands and must end with the
+        same admissible commands. Either way the copy's engine is its own, released when
+        the copy closes.
+        """
+        if self.lease is None or self._closed:
+            raise ForkUnsupported("an ALFWorld episode forks only while its game is running")
+        clone = copy_task_state(
+            self, shared=(self.game, self.settings, self.lease, self._finalizer)
+        )
+        try:
+            lease: EngineLease = await fork_engine(self.lease, timeout=self.settings.step_timeout_s)
+            clone.fork_method = "process"
+        except (ALFWorldWorkerError, EngineError, OSError):
+            lease = await self._replayed_engine()
+            clone.fork_method = "replay"
+        clone.lease = lease
+        clone._finalizer = weakref.finalize(clone, lease.release)
+        return clone
+
+    async def _replayed_engine(self) -> EngineLease:
+        """The fallback fork: a pool engine reset to this game and fed the same commands."""
+        # Bounded: with every engine of the pool leased, waiting would deadlock the tree.
+        lease = await asyncio.wait_for(self.settings.pool().lease(), self.settings.reset_timeout_s)
+        try:
+            answer = await lease.call(
+                "reset", timeout=self.settings.reset_timeout_s, game=self.game.path
+            )
+            for command in self.engine_commands:
+                answer = await lease.call(
+                    "step", timeout=self.settings.step_timeout_s, command=command, plan=False
+                )
+        except BaseException:
+            lease.release()
+            raise
+        if list(answer["admissible"]) != self.admissible:
+            lease.release()
+            raise ForkUnsupported(
+                f"replaying {len(self.engine_commands)} command(s) of {self.game.name} "
+                "did not reach the same game state"
+            )
+        return lease
+
     # ---- end ---------------------------------------------------------------------------
     async def close(self) -> None:
         if self._closed:
@@ -445,4 +505,7 @@ class WindowRenderer(Renderer):
         if isinstance(observation, str):
             messages = [{"role": "user", "content": observation}]
         history[:] = messages
-        return Appended(self.initial_tokens(messages, tools), restart=True)
+        # Only the system turn is the task's prompt; the rest is game text.
+        self.prompt_messages = sum(1 for m in messages if m.get("role") == "system")
+        encoded = self.encode_conversation(messages, tools)
+        return Appended(encoded.tokens, restart=True, split_controls=encoded.split_controls)

@@ -36,6 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 WORKER_MODULE = "agentenvs.envs.alfworld.worker"
+SINGLE_THREADED = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+"""numpy's OpenBLAS starts a thread pool on import; the engine never uses it, and an
+engine process must stay single-threaded for ``os.fork`` to copy it whole (``fork.py``)."""
 
 
 class ALFWorldWorkerError(RuntimeError):
@@ -80,20 +83,8 @@ class Worker:
             deque()
         )
         self._lock = threading.Lock()
-        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the worker
-            prefix="agentenvs-alfworld-", suffix=".log", delete=False
-        )
-        command = [python or sys.executable, "-m", WORKER_MODULE]
-        if cache_translations:
-            command.append("--cache-translations")
-        self.proc = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            start_new_session=True,  # a Ctrl-C in the terminal is the parent's to handle
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        self._log = self._open_log()
+        self.proc = self._launch(cache_translations, python)
         self.pid = self.proc.pid
         # The first line the worker sends is its ready message.
         self._pending.append((None, None))
@@ -104,6 +95,25 @@ class Worker:
             target=self._read_answers, name=f"alfworld-worker-{self.pid}", daemon=True
         )
         self._reader.start()
+
+    def _open_log(self) -> Any:
+        return tempfile.NamedTemporaryFile(
+            prefix="agentenvs-alfworld-", suffix=".log", delete=False
+        )
+
+    def _launch(self, cache_translations: bool, python: str | None) -> Any:
+        """Start the engine process; a forked engine (``fork.py``) is handed in instead."""
+        command = [python or sys.executable, "-m", WORKER_MODULE]
+        if cache_translations:
+            command.append("--cache-translations")
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            start_new_session=True,  # a Ctrl-C in the terminal is the parent's to handle
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **SINGLE_THREADED},
+        )
 
     # ---- answers -----------------------------------------------------------------
     def _read_answers(self) -> None:
@@ -138,6 +148,11 @@ class Worker:
             waiters, self._ready_waiters = self._ready_waiters, []
         for loop, fut in waiters:
             _deliver(loop, fut, value=None)
+
+    def exit_reason(self) -> str | None:
+        """How the process ended, if it has (its exit signal or status and log tail)."""
+        code = self.proc.poll()
+        return None if code is None else self._describe_exit(code)
 
     def _describe_exit(self, code: int | None) -> str:
         if code is None:
@@ -337,6 +352,8 @@ class EnginePool:
         self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = deque()
         self.closed = False
         self.spawned = 0
+        self.forks: set[Worker] = set()
+        """Engine processes forked from this pool's workers (``fork.py``), closed with it."""
 
     # ---- leasing ---------------------------------------------------------------------
     async def lease(self) -> EngineLease:
@@ -391,7 +408,9 @@ class EnginePool:
             if worker.alive:
                 live.append(worker)
             else:
-                worker.kill(worker.dead_reason)
+                # A process can be gone before its reader thread has said why; name the
+                # exit (a signal, say) rather than let "was shut down" stand in for it.
+                worker.kill(worker.dead_reason or worker.exit_reason())
         self.workers = live
 
     def _release(self, lease: EngineLease) -> None:
@@ -418,7 +437,10 @@ class EnginePool:
         with self._lock:
             self.closed = True
             workers, self.workers = self.workers, []
+            forks, self.forks = list(self.forks), set()
             waiters, self._waiters = list(self._waiters), deque()
+        for fork in forks:
+            fork.kill("the ALFWorld engine pool was closed")
         for worker in workers:
             worker.close()
         for loop, fut in waiters:

@@ -26,6 +26,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
+from agentenvs.envs.forking import copy_task_state
 from agentenvs.envs.retool import prompts
 from agentenvs.envs.retool.data import Problem
 from agentenvs.envs.retool.output import TokenCounter, render_result, truncate
@@ -89,6 +90,16 @@ class ReToolEnv(TextEnv):
         self._transcript: list[str] = []
         """Actions and interpreter outputs in order: the whole response verl grades."""
         self._session: Session | None = None
+
+    async def fork(self) -> ReToolEnv:
+        """A copy of the episode's counters and transcript; with ``execution=stateful``
+        the interpreter session is forked too (each backend's ``Session.fork``), so the
+        copy's variables are its own. Stateless execution keeps no state to fork."""
+        shared = (self.problem, self.config, self.tokenizer, self.output_policy, self._session)
+        clone = copy_task_state(self, shared=shared)
+        if self._session is not None:
+            clone._session = await self._session.fork()
+        return clone
 
     # ---- prompt ---------------------------------------------------------------------
     def initial_messages(self) -> list[Message]:

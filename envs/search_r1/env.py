@@ -19,6 +19,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from agentenvs.envs.forking import copy_task_state
 from agentenvs.envs.search_r1 import prompts
 from agentenvs.envs.search_r1.data import QATask
 from agentenvs.envs.search_r1.protocol import (
@@ -63,6 +64,11 @@ class SearchR1Env(TextEnv):
         self.actions: list[str] = []
         self.well_formed = True
         self.seen: list[str] = []  # raw text of each search's passages, for the oracle
+
+    async def fork(self) -> SearchR1Env:
+        """A copy of the episode's counters and past actions; the task, the config (and
+        with it the process-wide retriever) and the token counter are shared, read-only."""
+        return copy_task_state(self, shared=(self.task, self.config, self.count_tokens))
 
     # ---- prompt -----------------------------------------------------------------------
     @property

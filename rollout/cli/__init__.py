@@ -17,6 +17,7 @@ The sandbox and retriever command groups live with their packages and are mounte
 from __future__ import annotations
 
 import logging
+from typing import Annotated
 
 import typer
 
@@ -39,12 +40,39 @@ logging.getLogger("agentenvs.envs.registry").setLevel(logging.ERROR)
 
 app = typer.Typer(
     name="agentenvs",
-    help="Multi-turn agent environments for LLM RL: list, roll out, view, demo.",
+    help="Multi-turn agent environments for LLM RL: list, roll out, view, check, demo.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("agentenvs")
+        except PackageNotFoundError:  # running from a source tree that is not installed
+            number = "unknown"
+        typer.echo(f"agentenvs {number}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Multi-turn agent environments for LLM RL: list, roll out, view, check, demo."""
+
+
 app.command("list")(listing.list_command)
 app.command("rollout")(rollout.rollout_command)
 app.command("view")(view.view_command)

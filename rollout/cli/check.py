@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from agentenvs.rollout.cli.common import (
@@ -19,50 +21,92 @@ from agentenvs.rollout.cli.common import (
     load_view_tokenizer,
     one_line,
     out,
+    read_store_warning,
 )
 
-_STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
+_STATUS_STYLE = {
+    "pass": "green",
+    "fail": "bold red",
+    "warn": "yellow",
+    "info": "cyan",
+    "skip": "dim",
+}
 
 
 def check_command(
-    file: Annotated[Path, typer.Argument(help="A trajectory store or a JSONL samples hand-off.")],
+    file: Annotated[
+        Path, typer.Argument(metavar="FILE", help="A trajectory store or a JSONL samples hand-off.")
+    ],
     tokenizer: Annotated[
         str | None,
         typer.Option(
-            help="Tokenizer for the decode and re-rendering checks (default: the file's)."
+            metavar="builtin|DIR",
+            help="Tokenizer for the decode and re-rendering checks (default: the file's).",
         ),
     ] = None,
     current_version: Annotated[
-        int | None, typer.Option(help="The policy's current weights version, to judge staleness.")
+        int | None,
+        typer.Option(metavar="V", help="The policy's current weights version, to judge staleness."),
     ] = None,
     max_staleness: Annotated[
-        int | None, typer.Option(help="Fail when a group is more versions behind than this.")
+        int | None,
+        typer.Option(metavar="K", help="Fail when a group is more versions behind than this."),
     ] = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="One JSON object instead of a table.")
     ] = False,
+    text_trainer: Annotated[
+        bool,
+        typer.Option(
+            "--text-trainer",
+            help="Fail when a sample's decoded text re-tokenizes to other ids (for trainers "
+            "that re-tokenize text).",
+        ),
+    ] = False,
+    store: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="STORE", help="For a samples file: the trajectory store it was made from."
+        ),
+    ] = None,
 ) -> None:
     """Check that a run's data lines up before training on it; exit 1 on any failure."""
-    from agentenvs.rollout.inspect.check import check_file, file_kind
+    from agentenvs.rollout.inspect.check import check_file, check_records, file_kind
 
     with friendly_errors():
+        if file.is_dir():
+            raise CLIError(f"{file}: is a directory; pass a trajectory store or a samples file")
         if not file.is_file():
             raise CLIError(f"cannot read {file}: no such file")
-        tok = None
         try:
             kind = file_kind(file)
         except (OSError, UnicodeDecodeError, ValueError) as error:
             raise CLIError(one_line(str(error))) from None
-        if kind == "trajectories":
-            from agentenvs.rollout.inspect.viewer import load_records
-
-            tok, _ = load_view_tokenizer(load_records(file), tokenizer)
         try:
-            report = check_file(
-                file, tokenizer=tok, current_version=current_version, max_staleness=max_staleness
-            )
+            if kind == "trajectories":
+                contents = read_store_warning(file)  # torn lines: one warning each
+                tok, _ = load_view_tokenizer(contents.records, tokenizer)
+                report = check_records(
+                    contents.latest(),  # a failure a rerun fixed is not a failure
+                    source=str(file),
+                    tokenizer=tok,
+                    current_version=current_version,
+                    max_staleness=max_staleness,
+                    text_trainer=text_trainer,
+                )
+                if contents.problems:
+                    report.stats["skipped_lines"] = len(contents.problems)
+            else:
+                report = check_file(
+                    file,
+                    current_version=current_version,
+                    max_staleness=max_staleness,
+                    text_trainer=text_trainer,
+                    reference=store,
+                )
         except (ValueError, KeyError) as error:
-            raise CLIError(f"{file}: {one_line(str(error))}") from None
+            text = one_line(str(error))
+            raise CLIError(text if text.startswith(str(file)) else f"{file}: {text}") from None
     if json_output:
         payload = {
             "source": report.source,
@@ -73,26 +117,45 @@ def check_command(
         }
         sys.stdout.write(json.dumps(payload, sort_keys=True) + "\n")
     else:
-        table = Table(title=f"agentenvs check: {file} ({report.kind})")
-        for column in ("check", "status", "detail", "first offender"):
-            table.add_column(column, overflow="fold")
-        for finding in report.findings:
-            style = _STATUS_STYLE[finding.status]
-            table.add_row(
-                finding.check, f"[{style}]{finding.status}[/]", finding.detail, finding.where
-            )
-        out.print(table)
-        out.print(
-            ("[green]all checks passed[/]" if report.ok else "[bold red]checks failed[/]")
-            + f"  {report.stats}"
-        )
+        out.print(findings_table(report, f"agentenvs check: {file} ({report.kind})"))
+        out.print(verdict_table(report))
     if not report.ok:
         raise typer.Exit(EXIT_FAILED_GROUPS)
 
 
+def findings_table(report: Any, title: str) -> Table:
+    table = Table(title=title)
+    for column in ("check", "status", "detail", "first offender"):
+        table.add_column(column, overflow="fold")
+    for finding in report.findings:
+        style = _STATUS_STYLE[finding.status]
+        table.add_row(
+            finding.check, f"[{style}]{finding.status}[/]", escape(finding.detail), finding.where
+        )
+    return table
+
+
+def verdict_table(report: Any) -> Table:
+    """The verdict and the counts behind it, as a table (not a Python dict)."""
+    verdict = "[green]all checks passed[/]" if report.ok else "[bold red]checks failed[/]"
+    table = Table(show_header=False, title=verdict)
+    table.add_column("", style="bold")
+    table.add_column("", justify="right")
+    statuses = Counter(f.status for f in report.findings)
+    for status in ("fail", "warn", "pass", "info", "skip"):
+        if statuses[status]:
+            table.add_row(f"checks {status}", str(statuses[status]))
+    for key, value in report.stats.items():
+        table.add_row(str(key).replace("_", " "), str(value))
+    return table
+
+
 def check_template_command(
     tokenizer: Annotated[
-        str, typer.Argument(help="A local Hugging Face tokenizer directory, or 'builtin'.")
+        str,
+        typer.Argument(
+            metavar="TOKENIZER", help="A local Hugging Face tokenizer directory, or 'builtin'."
+        ),
     ],
     strict: Annotated[
         bool, typer.Option(help="Exit 1 when the template does not extend every turn.")

@@ -83,12 +83,15 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
 def friendly_errors() -> Iterator[None]:
     """Turn the errors a user can cause into one line and exit code 2."""
     from agentenvs.envs.registry import EnvConfigError, UnknownEnvError
+    from agentenvs.rollout.collect.run_identity import RunMismatchError
+    from agentenvs.rollout.collect.store import StoreError
     from agentenvs.rollout.inspect.viewer import ViewerError
     from agentenvs.rollout.policies.base import PolicyError
 
+    known = (CLIError, EnvConfigError, UnknownEnvError, ViewerError, PolicyError, StoreError)
     try:
         yield
-    except (CLIError, EnvConfigError, UnknownEnvError, ViewerError, PolicyError) as error:
+    except (*known, RunMismatchError) as error:
         raise fail(str(error)) from None
     except FileNotFoundError as error:
         message = str(error) if error.filename is None else f"{error.filename}: no such file"
@@ -152,3 +155,16 @@ def load_view_tokenizer(records: list, requested: str | None) -> tuple[Any, str]
                 markup=False,
             )
     return tokenizer, spec
+
+
+# ---- reading stores ---------------------------------------------------------------------------
+
+
+def read_store_warning(path: Path) -> Any:
+    """The store's contents; each skipped (torn) line is one ``warning:`` line on stderr."""
+    from agentenvs.rollout.collect.store import read_store
+
+    contents = read_store(path, warn=False)
+    for line in contents.warnings():
+        err.print(f"warning: {line}", markup=False)
+    return contents

@@ -194,9 +194,11 @@ def outcome_table(outcomes: list[DemoOutcome]) -> Table:
 
 
 def demo_command(
-    out_dir: Annotated[Path, typer.Option("--out-dir", help="Where files go.")] = Path("out"),
+    out_dir: Annotated[
+        Path, typer.Option("--out-dir", metavar="DIR", help="Where files go.")
+    ] = Path("out"),
     envs: Annotated[
-        list[str] | None, typer.Option("--env", help="Only these environments.")
+        list[str] | None, typer.Option("--env", metavar="NAME", help="Only these environments.")
     ] = None,
 ) -> None:
     """Scripted rollouts of every environment that can run here; summaries and HTML views."""

@@ -6,16 +6,18 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
+from agentenvs.rollout.cli import tree_options as trees
 from agentenvs.rollout.cli.common import (
     EXIT_FAILED_GROUPS,
     CLIError,
+    err,
     fail,
     friendly_errors,
     load_tokenizer_or_fail,
@@ -24,6 +26,9 @@ from agentenvs.rollout.cli.common import (
     parse_assignments,
     resolve_tokenizer_spec,
 )
+from agentenvs.rollout.cli.policy_warnings import collapsed_policy_warnings
+from agentenvs.rollout.cli.run_provenance import run_provenance
+from agentenvs.rollout.cli.summary import summary_table, throughput
 
 if TYPE_CHECKING:
     from agentenvs.envs.config import EnvConfig
@@ -48,50 +53,6 @@ def make_policy_or_fail(name: str, options: dict[str, Any]) -> Any:
         raise CLIError(one_line(str(error))) from None
 
 
-def run_provenance(
-    *,
-    tokenizer: Any,
-    tokenizer_spec: str,
-    env_name: str,
-    config: EnvConfig,
-    policy: Any,
-    policy_name: str,
-    policy_options: dict[str, Any],
-) -> dict[str, Any]:
-    """What produced the run: tokenizer, template, renderer, env and config, policy."""
-    from agentenvs.rollout.collect.collector import policy_provenance
-    from agentenvs.rollout.data.provenance import PolicyIdentity, SamplingSettings, build_provenance
-
-    described = policy_provenance(policy)
-    plain_options = {
-        k: v for k, v in policy_options.items() if isinstance(v, str | int | float | bool | None)
-    }
-    record = build_provenance(
-        tokenizer=tokenizer,
-        env_name=env_name,
-        env_config=config,
-        policy=PolicyIdentity(
-            kind=policy_name,
-            model=_str_or_none(described.get("model")),
-            url=_str_or_none(described.get("url")),
-            weights_version=described.get("weights_version"),
-            options={**plain_options, **{k: v for k, v in described.items() if k != "policy"}},
-        ),
-        sampling=SamplingSettings(
-            temperature=described.get("temperature"),
-            top_p=described.get("top_p"),
-            max_tokens=described.get("max_tokens"),
-            seed=described.get("seed"),
-        ),
-    )
-    record["tokenizer"]["spec"] = tokenizer_spec  # how `agentenvs view` reloads it
-    return record
-
-
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
 def run_rollout(
     env_name: str,
     *,
@@ -108,8 +69,13 @@ def run_rollout(
     split: str = "train",
     progress: bool = True,
     tokenizer: Any = None,
+    new_run: bool = False,
+    tree: trees.BranchSchedule | None = None,
+    executor: str = "in-process",
+    ray_address: str | None = None,
 ) -> RolloutRun:
-    """What ``agentenvs rollout`` does, callable from Python (the demo uses it)."""
+    """What ``agentenvs rollout`` does, callable from Python (the demo uses it); with
+    ``tree``, as tree rollouts."""
     from agentenvs.envs.registry import make
     from agentenvs.rollout.collect.collector import collect, summarize
     from agentenvs.rollout.collect.store import TrajectoryStore
@@ -136,6 +102,7 @@ def run_rollout(
     except ValueError as error:
         raise CLIError(one_line(str(error))) from None
     builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
+    builders = trees.as_trees(builders, tree)
     provenance = run_provenance(
         tokenizer=tokenizer,
         tokenizer_spec=spec,
@@ -146,6 +113,14 @@ def run_rollout(
         policy_options=options,
     )
     out_path = Path(out_path)
+    from agentenvs.rollout.collect.executors.choice import close_executor, make_executor
+
+    try:
+        chosen = make_executor(
+            executor, ray_address=ray_address, policy_name=policy_name, policy_options=options
+        )
+    except (ValueError, ImportError) as error:
+        raise CLIError(one_line(str(error))) from None
 
     async def go() -> CollectionResult:
         try:
@@ -160,51 +135,50 @@ def run_rollout(
                 env_config=config.model_dump(mode="json"),
                 provenance=provenance,
                 progress=progress,
+                new_run=new_run,
+                executor=chosen,
             )
         finally:
+            await close_executor(chosen)
             close = getattr(policy, "aclose", None)
             if callable(close):
                 await close()
 
-    result = asyncio.run(go())
-    summary = {**summarize(result.records), "skipped": result.skipped, "out": str(out_path)}
+    started = time.monotonic()
+    with collapsed_policy_warnings(err):
+        result = asyncio.run(go())
+    elapsed = time.monotonic() - started
+    summary = {
+        **summarize(result.records),
+        **trees.tree_summary(result.records, tree),
+        "skipped": result.skipped,
+        "out": str(out_path),
+        **throughput(result.records, elapsed),
+    }
     return RolloutRun(env_name, config, result, summary, out_path)
 
 
-def summary_table(summary: dict[str, Any], title: str = "rollout summary") -> Table:
-    table = Table(title=title, show_header=False)
-    table.add_column("", style="bold")
-    table.add_column("")
-    for key in ("groups", "ok", "failed", "skipped", "trajectories", "mean_reward"):
-        if key in summary:
-            value = summary[key]
-            table.add_row(
-                key.replace("_", " "), f"{value:.4f}" if isinstance(value, float) else str(value)
-            )
-    for key in ("mean_turns", "tokens_sampled", "retried_groups"):
-        if key in summary:
-            value = summary[key]
-            table.add_row(
-                key.replace("_", " "), f"{value:.2f}" if isinstance(value, float) else str(value)
-            )
-    stops = summary.get("stop_reasons") or {}
-    table.add_row("stop reasons", ", ".join(f"{k}: {v}" for k, v in stops.items()) or "-")
-    if "out" in summary:
-        table.add_row("written to", str(summary["out"]))
-    return table
-
-
+@trees.with_tree_options
 def rollout_command(
-    env: Annotated[str, typer.Argument(help="Registered environment name (see `agentenvs list`).")],
+    env: Annotated[
+        str,
+        typer.Argument(metavar="ENV", help="Registered environment name (see `agentenvs list`)."),
+    ],
     policy: Annotated[
-        str, typer.Option(help="scripted, replay, interactive, hf or openai.")
+        str, typer.Option(metavar="NAME", help="scripted, replay, interactive, hf or openai.")
     ] = "scripted",
-    groups: Annotated[int, typer.Option(help="How many groups (tasks) to run.")] = 8,
-    group_size: Annotated[int, typer.Option(help="Episodes per group (GRPO's G).")] = 4,
-    concurrency: Annotated[int, typer.Option(help="Groups in flight at once.")] = 8,
+    groups: Annotated[int, typer.Option(metavar="N", help="How many groups (tasks) to run.")] = 8,
+    group_size: Annotated[
+        int, typer.Option(metavar="G", help="Episodes per group (GRPO's G).")
+    ] = 4,
+    concurrency: Annotated[int, typer.Option(metavar="C", help="Groups in flight at once.")] = 8,
     out_file: Annotated[
         Path | None,
-        typer.Option("--out", help="Trajectory JSONL; reruns resume. Default out/<env>.jsonl."),
+        typer.Option(
+            "--out",
+            metavar="FILE",
+            help="Trajectory JSONL; reruns resume. Default out/<env>.jsonl.",
+        ),
     ] = None,
     sets: Annotated[
         list[str] | None,
@@ -216,14 +190,22 @@ def rollout_command(
     ] = None,
     tokenizer: Annotated[
         str | None,
-        typer.Option(help="builtin or a local Hugging Face tokenizer directory."),
+        typer.Option(
+            metavar="builtin|DIR", help="builtin or a local Hugging Face tokenizer directory."
+        ),
     ] = None,
     renderer: Annotated[
-        str | None, typer.Option(help="continuation or chat (default: the env's own).")
+        str | None,
+        typer.Option(
+            metavar="chat|continuation", help="continuation or chat (default: the env's own)."
+        ),
     ] = None,
-    retries: Annotated[int, typer.Option(help="Extra attempts per group, with fresh envs.")] = 1,
+    retries: Annotated[
+        int, typer.Option(metavar="R", help="Extra attempts per group, with fresh envs.")
+    ] = 1,
     group_timeout: Annotated[
-        float | None, typer.Option(help="Seconds before a group attempt is abandoned.")
+        float | None,
+        typer.Option(metavar="SECONDS", help="Seconds before a group attempt is abandoned."),
     ] = None,
     policy_opts: Annotated[
         list[str] | None,
@@ -231,21 +213,48 @@ def rollout_command(
             "--policy-opt", metavar="KEY=VALUE", help="Policy option key=value, e.g. url=http://..."
         ),
     ] = None,
-    split: Annotated[str, typer.Option(help="Dataset split.")] = "train",
+    split: Annotated[
+        str, typer.Option(metavar="SPLIT", help="Dataset split (train or test; ReTool also eval).")
+    ] = "train",
     json_summary: Annotated[
         bool, typer.Option("--json-summary", help="Print one JSON line instead of the table.")
     ] = False,
+    new_run: Annotated[
+        bool,
+        typer.Option(
+            "--new-run",
+            help="Append a new run to an --out file made by a different run (otherwise refused).",
+        ),
+    ] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    executor: Annotated[
+        str,
+        typer.Option(
+            metavar="in-process|ray",
+            help="Where episodes run: this process, or Ray actors (docs/scale.md).",
+        ),
+    ] = "in-process",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            metavar="auto|HOST:PORT",
+            help="Ray cluster to join with --executor ray (default: a local Ray for the run).",
+        ),
+    ] = None,
+    tree: trees.BranchSchedule | None = None,
     sandbox: Annotated[
         str | None,
         typer.Option(
+            metavar="BACKEND",
             help="Sandbox backend for envs that run code (local, docker, sandboxfusion); "
-            "short for --set sandbox.backend=..."
+            "short for --set sandbox.backend=...",
         ),
     ] = None,
     url: Annotated[
         str | None,
-        typer.Option(help="SandboxFusion URL with --sandbox sandboxfusion (sandbox.url)."),
+        typer.Option(
+            metavar="URL", help="SandboxFusion URL with --sandbox sandboxfusion (sandbox.url)."
+        ),
     ] = None,
 ) -> None:
     """Run GROUPS groups of GROUP_SIZE episodes of ENV with a policy; store them as JSONL."""
@@ -271,6 +280,10 @@ def rollout_command(
             group_timeout=group_timeout,
             split=split,
             progress=not no_progress and not json_summary,
+            new_run=new_run,
+            executor=executor,
+            ray_address=ray_address,
+            tree=tree,
         )
     if json_summary:
         sys.stdout.write(json.dumps(run.summary, sort_keys=True) + "\n")

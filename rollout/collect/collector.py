@@ -16,12 +16,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentenvs.envs.types import EnvGroupBuilder
+from agentenvs.envs.types import EnvGroupBuilder, TrajectoryGroup
+from agentenvs.rollout.collect.executors import GroupExecutor, InProcessExecutor
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.rollouts import current_group_key, do_group_rollout, first_error
+from agentenvs.rollout.collect.run_identity import (
+    RunIdentity,
+    identity_for_collection,
+    keys_to_skip,
+)
 from agentenvs.rollout.collect.store import TrajectoryStore
+from agentenvs.rollout.collect.tree import attach_tree
 from agentenvs.rollout.data.advantages import Estimator, estimator_info, group_advantages
 from agentenvs.rollout.policies.base import Policy, PolicyFactory
+from agentenvs.rollout.weights.stamps import with_turn_versions
 
 
 @dataclass
@@ -54,8 +62,12 @@ def _describe_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
-def policy_provenance(policy: object) -> dict[str, Any]:
-    """What a policy says about itself (model, sampling settings) for the records."""
+def policy_provenance(policy: object, group: TrajectoryGroup | None = None) -> dict[str, Any]:
+    """What a policy says about itself (model, sampling settings) for the records.
+
+    Asked when a group finishes, not before the first request: a model name found
+    on the server is known by then. With ``group``, the weights version is the
+    oldest its turns were stamped with (a sync may land mid-collection)."""
     describe = getattr(policy, "provenance", None)
     if callable(describe):
         described = dict(describe())
@@ -66,7 +78,30 @@ def policy_provenance(policy: object) -> dict[str, Any]:
     version = getattr(policy, "weights_version", None)
     if version is not None:
         described["weights_version"] = version
-    return described
+    return with_turn_versions(described, group)
+
+
+_LIVE_POLICY_FIELDS = ("model", "weights_version", "weights_versions", "weights")
+"""Known only once sampling has started (a model name found on the server, a sync)."""
+
+
+def record_provenance(
+    policy: object, group: TrajectoryGroup | None, provenance: dict | None
+) -> dict[str, Any]:
+    """A finished group's provenance: the caller's, with the policy's live fields.
+
+    A caller's ``policy`` section (the CLI builds one before collecting) keeps its
+    shape, but its model and weights fields are refreshed from the policy as it
+    is now, so a model discovered from the server is not recorded as null.
+    """
+    live = policy_provenance(policy, group)
+    record = {"policy": live, **(provenance or {})}
+    given = record["policy"]
+    if given is not live and isinstance(given, dict):
+        given = dict(given)
+        given.update({k: live[k] for k in _LIVE_POLICY_FIELDS if live.get(k) is not None})
+        record["policy"] = given
+    return record
 
 
 async def collect(
@@ -84,6 +119,8 @@ async def collect(
     progress: bool = True,
     advantage_estimator: Estimator = "grpo",
     normalize_std: bool = False,
+    new_run: bool = False,
+    executor: GroupExecutor | None = None,
 ) -> CollectionResult:
     """Run every group, at most ``concurrency`` at a time.
 
@@ -94,6 +131,15 @@ async def collect(
     would lose data. Each ok record carries its group's advantages under
     ``extra["advantages"]`` with the estimator that made them, so the stored data
     says how its loss inputs were computed.
+
+    Each record also carries the run's identity (env, config hash, split,
+    tokenizer, policy, group size). Resuming into a store whose latest run is a
+    different one raises :class:`RunMismatchError` saying what differs, unless
+    ``new_run`` asks to append a new run to the file.
+
+    ``executor`` says where episodes run: in this process (the default) or in Ray
+    actors (:class:`~agentenvs.rollout.collect.executors.ray_executor.RayExecutor`);
+    records, store and resume are the same either way.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -109,22 +155,33 @@ async def collect(
     if duplicates:
         raise ValueError(f"group keys must be unique; repeated: {duplicates[:5]}")
 
-    done = store.keys() if store is not None else set()
+    identity = collection_identity(
+        builders, policy, env_name=env_name, env_config=env_config, provenance=provenance
+    )
+    run = identity.to_json()
+    done: set[str] = set()
+    if store is not None:
+        done = keys_to_skip(store.path, store.contents().records, identity, new_run=new_run)
     todo = [(i, k, b) for i, (k, b) in enumerate(zip(keys, builders, strict=True)) if k not in done]
     result = CollectionResult(skipped=len(builders) - len(todo))
-    base_provenance = {"policy": policy_provenance(policy), **(provenance or {})}
     semaphore = asyncio.Semaphore(concurrency)
+    runner = await (executor or InProcessExecutor()).start(policy, [b for _, _, b in todo])
     estimator = estimator_info(advantage_estimator, normalize_std=normalize_std)
 
     with _ProgressBar(len(todo), enabled=progress) as bar:
 
         async def run_one(index: int, key: str, builder: EnvGroupBuilder) -> None:
             async with semaphore:
-                record = await _run_group(builder, policy, key, retries, group_timeout)
+                record = await runner.run_group(
+                    builder, key, retries=retries, group_timeout=group_timeout
+                )
             record.task_id = _task_id(index, builder)
             record.env = env_name or _env_name(builder)
             record.env_config = dict(env_config) if env_config is not None else _config(builder)
-            record.provenance = dict(base_provenance)
+            described = runner.described_policy(record, policy)
+            record.provenance = record_provenance(described, record.group, provenance)
+            record.run = dict(run)
+            attach_tree(record.extra, record.group)
             if record.group is not None:
                 record.extra["advantages"] = group_advantages(
                     record.group.total_rewards(), advantage_estimator, normalize_std=normalize_std
@@ -141,7 +198,29 @@ async def collect(
                     group.create_task(run_one(index, key, builder))
         except BaseExceptionGroup as errors:  # only store failures get here
             raise first_error(errors) from None
+        finally:
+            await runner.close()
     return result
+
+
+def collection_identity(
+    builders: Sequence[EnvGroupBuilder],
+    policy: Policy | PolicyFactory,
+    *,
+    env_name: str = "",
+    env_config: dict | None = None,
+    provenance: dict | None = None,
+) -> RunIdentity:
+    """The run identity :func:`collect` stamps on its records and resumes by, from its
+    arguments (shared with streaming collection, which stores records itself)."""
+    first = builders[0] if builders else None
+    return identity_for_collection(
+        builders,
+        env_name=env_name or _env_name(first),
+        env_config=dict(env_config) if env_config is not None else _config(first),
+        provenance=provenance,
+        described_policy=policy_provenance(policy),
+    )
 
 
 async def _run_group(
@@ -177,12 +256,12 @@ async def _run_group(
     )
 
 
-def _env_name(builder: EnvGroupBuilder) -> str:
+def _env_name(builder: EnvGroupBuilder | None) -> str:
     config = getattr(builder, "config", None)
     return str(getattr(config, "env_name", "") or "")
 
 
-def _config(builder: EnvGroupBuilder) -> dict[str, Any]:
+def _config(builder: EnvGroupBuilder | None) -> dict[str, Any]:
     config = getattr(builder, "config", None)
     dump = getattr(config, "model_dump", None)
     return dict(dump(mode="json")) if callable(dump) else {}
@@ -241,26 +320,36 @@ def summarize(records: Sequence[GroupRecord]) -> dict[str, Any]:
     """Counts and means over records: what the CLI's summary table and JSON line show.
 
     Rewards are total rewards (step rewards plus group reward) of the trajectories
-    of ``ok`` groups; failed groups count in ``failed`` only.
+    of ``ok`` groups; failed groups count in ``failed`` only. ``reward_std`` is the
+    spread over all trajectories; ``zero_advantage_share`` is the share of ok groups
+    whose trajectories all got the same reward: they carry no learning signal for
+    group-relative estimators, which is the first thing to look at in a new run.
     """
     ok = [r for r in records if r.status == "ok" and r.group is not None]
     rewards: list[float] = []
     turns: list[int] = []
     stop_reasons: Counter[str] = Counter()
     sampled = 0
+    constant = 0
     for record in ok:
         assert record.group is not None
-        rewards.extend(record.group.total_rewards())
+        totals = record.group.total_rewards()
+        rewards.extend(totals)
+        constant += len(set(totals)) <= 1
         for traj in record.group.trajectories:
             turns.append(len(traj.transitions))
             stop_reasons[traj.stop_reason or "unknown"] += 1
             sampled += sum(len(t.ac.tokens) for t in traj.transitions)
+    mean = sum(rewards) / len(rewards) if rewards else 0.0
+    spread = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5 if rewards else 0.0
     return {
         "groups": len(records),
         "ok": len(ok),
         "failed": sum(1 for r in records if r.status == "failed"),
         "trajectories": len(rewards),
-        "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0,
+        "mean_reward": mean,
+        "reward_std": spread,
+        "zero_advantage_share": constant / len(ok) if ok else 0.0,
         "mean_turns": sum(turns) / len(turns) if turns else 0.0,
         "tokens_sampled": sampled,
         "retried_groups": sum(1 for r in records if r.attempts > 1),

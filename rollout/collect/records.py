@@ -95,6 +95,9 @@ class GroupRecord:
     extra: dict[str, Any] = field(default_factory=dict)
     """Derived data attached later (advantages and their estimator, for instance)."""
     created: float = field(default_factory=time.time)
+    run: dict[str, Any] = field(default_factory=dict)
+    """The run's identity (:class:`~agentenvs.rollout.collect.run_identity.RunIdentity`
+    as JSON): what a resume compares before appending to this store."""
 
     def to_json(self) -> dict[str, Any]:
         group = self.group
@@ -110,6 +113,7 @@ class GroupRecord:
             "provenance": self.provenance,
             "extra": self.extra,
             "created": self.created,
+            "run": self.run,
             "tags": group.tags if group else [],
             "trajectories": [trajectory_to_json(t) for t in group.trajectories] if group else [],
             "group_rewards": group.group_rewards if group else [],
@@ -143,4 +147,5 @@ class GroupRecord:
             provenance=dict(data.get("provenance", {})),
             extra=dict(data.get("extra", {})),
             created=float(data.get("created", 0.0)),
+            run=dict(data.get("run") or {}),
         )

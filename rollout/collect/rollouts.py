@@ -25,7 +25,15 @@ from agentenvs.envs.types import (
     Transition,
     stop_reason_from_metrics,
 )
-from agentenvs.rollout.policies.base import Policy, PolicyError, PolicyFactory, policy_for
+from agentenvs.rollout.policies.base import (
+    Policy,
+    PolicyError,
+    PolicyFactory,
+    TurnSlot,
+    current_turn,
+    policy_for,
+    turn_logs,
+)
 
 _SAMPLER_STOPS = frozenset(get_args(SamplerStopReason))
 
@@ -74,7 +82,7 @@ def check_policy_output(output: object, max_tokens: int | None = None) -> Tokens
 
 
 async def do_single_rollout(
-    policy: Policy, env: Env, *, max_tokens: int | None = None
+    policy: Policy, env: Env, *, max_tokens: int | None = None, traj_index: int = 0
 ) -> Trajectory:
     """Run one episode to its end.
 
@@ -85,7 +93,12 @@ async def do_single_rollout(
     ob, stop = await env.initial_observation()
     transitions: list[Transition] = []
     while True:
-        action = check_policy_output(await policy(ob, stop, max_tokens=max_tokens), max_tokens)
+        turn = current_turn.set(TurnSlot(current_group_key.get(), traj_index, len(transitions)))
+        try:
+            output = await policy(ob, stop, max_tokens=max_tokens)
+        finally:
+            current_turn.reset(turn)
+        action = check_policy_output(output, max_tokens)
         step = await env.step(action.tokens, extra={"stop_reason": action.stop_reason})
         transitions.append(
             Transition(
@@ -94,7 +107,7 @@ async def do_single_rollout(
                 reward=step.reward,
                 episode_done=step.episode_done,
                 metrics=dict(step.metrics),
-                logs=dict(step.logs),
+                logs={**step.logs, **turn_logs(action)},  # the policy's seed, weights
             )
         )
         if step.episode_done:
@@ -120,8 +133,11 @@ async def do_group_rollout(
 
     If one episode fails, its siblings are cancelled and the first error is raised
     as itself (not wrapped). ``builder.cleanup()`` is always awaited, on success,
-    failure and cancellation (a collector timeout) alike.
+    failure and cancellation (a collector timeout) alike. A builder with its own
+    ``group_rollout`` (tree rollouts: ``collect/tree.py``) is run through it.
     """
+    if hasattr(type(builder), "group_rollout"):
+        return await builder.group_rollout(policy)  # type: ignore[attr-defined]
     try:
         envs: Sequence[Env] = list(await builder.make_envs())
         if not envs:
@@ -136,8 +152,8 @@ async def do_group_rollout(
                 current_slot.reset(token)
         trajectories = await _run_all(
             [
-                do_single_rollout(p, env, max_tokens=turn_token_cap(env))
-                for p, env in zip(policies, envs, strict=True)
+                do_single_rollout(p, env, max_tokens=turn_token_cap(env), traj_index=i)
+                for i, (p, env) in enumerate(zip(policies, envs, strict=True))
             ]
         )
         scored = list(await builder.compute_group_rewards(trajectories, envs))

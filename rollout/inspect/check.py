@@ -14,15 +14,22 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.data.advantages import ESTIMATORS, group_advantages
 from agentenvs.rollout.data.samples import TrainingSample, trajectory_to_samples
+from agentenvs.rollout.inspect.findings import CheckReport, Finding, Status
+from agentenvs.rollout.inspect.token_checks import (
+    check_observation_controls,
+    check_split_points,
+    check_text_round_trip,
+    check_token_ids,
+)
+from agentenvs.rollout.inspect.tree_checks import check_trees
 
-Status = Literal["pass", "fail", "warn", "skip"]
+__all__ = ["CHECKS", "CheckReport", "Finding", "Status", "check_file", "check_records"]
 
 CHECKS = (
     "fixed_input",
@@ -32,39 +39,7 @@ CHECKS = (
     "re_rendering",
 )
 
-_PREFIX_BREAK_METRIC = "renderer/prefix_breaks"
 _TOLERANCE = 1e-6
-
-
-@dataclass
-class Finding:
-    check: str
-    status: Status
-    detail: str
-    where: str = ""
-    """The first offender: group key, trajectory, sample and token position."""
-
-
-@dataclass
-class CheckReport:
-    source: str
-    kind: Literal["trajectories", "samples"]
-    findings: list[Finding] = field(default_factory=list)
-    stats: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return not any(f.status == "fail" for f in self.findings)
-
-    def by_check(self, name: str) -> list[Finding]:
-        return [f for f in self.findings if f.check == name]
-
-    def status(self, name: str) -> Status:
-        statuses = {f.status for f in self.by_check(name)}
-        for status in ("fail", "warn", "pass"):
-            if status in statuses:
-                return status  # type: ignore[return-value]
-        return "skip"
 
 
 # ---------------------------------------------------------------------------- samples
@@ -117,21 +92,6 @@ def check_sample_alignment(samples: Sequence[TrainingSample], keys: Sequence[str
                 f"loss mask covers a prompt token (the prompt has {s.prompt_length} tokens)",
                 _sample_where(s, first_in_loss, key),
             )
-        real_logprobs = s.has_logprobs and any(
-            lp != 0.0 for lp, m in zip(s.logprobs, s.loss_mask, strict=False) if m == 1
-        )
-        if real_logprobs:
-            # A sampler that reports logprobs gives one for every token it sampled; a
-            # masked-in token without one was not sampled (an observation token).
-            for pos, (m, lp) in enumerate(zip(s.loss_mask, s.logprobs, strict=False)):
-                if m == 1 and lp == 0.0:
-                    return Finding(
-                        "fixed_trajectory",
-                        "fail",
-                        "loss mask covers a token with no sampler logprob: an environment "
-                        "token is being trained on",
-                        _sample_where(s, pos, key),
-                    )
         if n and s.loss_mask[0] == 1:
             return Finding(
                 "fixed_trajectory",
@@ -144,35 +104,155 @@ def check_sample_alignment(samples: Sequence[TrainingSample], keys: Sequence[str
     )
 
 
-def check_sample_loss_inputs(
-    samples: Sequence[TrainingSample], keys: Sequence[str] = ()
+def zero_logprob_tokens(samples: Sequence[TrainingSample], keys: Sequence[str] = ()) -> Finding:
+    """Trained tokens whose sampler logprob is exactly 0.0, in a file without spans.
+
+    Engines return 0.0 for a token whose probability rounds to 1, so 0.0 proves
+    nothing; environment tokens also carry 0.0, though, and a samples file has no
+    record of which tokens were sampled. Compare against the store to decide
+    (``reference`` in :func:`check_file`, ``--store`` on the command line).
+    """
+    for i, s in enumerate(samples):
+        if not s.has_logprobs:
+            continue
+        zero = [
+            p
+            for p, (m, lp) in enumerate(zip(s.loss_mask, s.logprobs, strict=False))
+            if m == 1 and lp == 0.0
+        ]
+        real = any(lp != 0.0 for m, lp in zip(s.loss_mask, s.logprobs, strict=False) if m == 1)
+        if zero and real:
+            key = keys[i] if i < len(keys) else ""
+            return Finding(
+                "fixed_trajectory",
+                "warn",
+                "a trained token has logprob exactly 0.0: a sampled token of probability ~1, "
+                "or an environment token in the loss mask; pass the store to tell",
+                _sample_where(s, zero[0], key),
+            )
+    return Finding("fixed_trajectory", "pass", "no trained token with a 0.0 logprob to explain")
+
+
+def check_samples_against_store(
+    samples: Sequence[TrainingSample], records: Sequence[GroupRecord]
 ) -> Finding:
+    """A hand-off's samples hold the store's tokens, with mask 1 exactly on sampled ones.
+
+    The store knows which tokens were sampled (each transition's action), so this
+    decides what a logprob value cannot.
+    """
+    ok = [r for r in records if r.status == "ok" and r.group is not None]
+    derived: dict[tuple[int, int, int], TrainingSample] = {}
+    for g, record in enumerate(ok):
+        assert record.group is not None
+        for t, traj in enumerate(record.group.trajectories):
+            for sample in _samples(traj, 0.0, group_index=g, traj_index=t):
+                derived[(g, t, sample.sample_index)] = sample
+    for s in samples:
+        want = derived.get((s.group_index, s.traj_index, s.sample_index))
+        if want is None:
+            return Finding(
+                "fixed_trajectory", "fail", "a sample the store does not hold", _sample_where(s)
+            )
+        if s.tokens != want.tokens:
+            pos = _first_index_differing(s.tokens, want.tokens)
+            return Finding(
+                "fixed_trajectory",
+                "fail",
+                "tokens differ from the store's: not what the policy saw and sampled",
+                _sample_where(s, pos),
+            )
+        if s.loss_mask != want.loss_mask:
+            pos = _first_index_differing(s.loss_mask, want.loss_mask)
+            detail = (
+                "loss mask covers a token the policy did not sample: an environment token is "
+                "being trained on"
+                if s.loss_mask[pos] == 1
+                else "loss mask misses a token the policy sampled"
+            )
+            return Finding("fixed_trajectory", "fail", detail, _sample_where(s, pos))
+    return Finding(
+        "fixed_trajectory", "pass", f"{len(samples)} samples match the store's tokens and masks"
+    )
+
+
+def _first_index_differing(a: Sequence[Any], b: Sequence[Any]) -> int:
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
+PER_STEP_ESTIMATORS = frozenset({"tree_segment"})
+"""Estimators that give each step its own advantage (``data/tree_advantages.py``), so a
+sample's trained tokens carry several values, one per sampled span."""
+
+
+def is_per_step(estimator: dict[str, Any] | None) -> bool:
+    """Whether a recorded ``advantage_estimator`` gives per-step advantages."""
+    return isinstance(estimator, dict) and estimator.get("estimator") in PER_STEP_ESTIMATORS
+
+
+def _masked_token_problem(s: TrainingSample) -> tuple[int, str] | None:
+    for pos, (mask, adv) in enumerate(zip(s.loss_mask, s.advantages, strict=False)):
+        if mask == 0 and adv != 0.0:
+            return pos, f"advantage {adv:.4g} on a masked (non-sampled) token"
+    return None
+
+
+def _scalar_problem(s: TrainingSample) -> tuple[int, str] | None:
+    """One advantage per trajectory: every trained token carries ``s.advantage``."""
+    for pos, (mask, adv) in enumerate(zip(s.loss_mask, s.advantages, strict=False)):
+        if mask == 1 and abs(adv - s.advantage) > _TOLERANCE:
+            return pos, f"advantage {adv:.4g} differs from the trajectory's {s.advantage:.4g}"
+    return None
+
+
+def _per_step_problem(s: TrainingSample) -> tuple[int, str] | None:
+    """One advantage per step: constant within each run of trained tokens (a step's
+    sampled action), free to change from one run to the next."""
+    start: int | None = None
+    for pos, (mask, adv) in enumerate(zip(s.loss_mask, s.advantages, strict=False)):
+        if mask != 1:
+            start = None
+        elif start is None:
+            start = pos
+        elif abs(adv - s.advantages[start]) > _TOLERANCE:
+            return pos, (
+                f"advantage {adv:.4g} differs from {s.advantages[start]:.4g} at the start of "
+                f"its sampled span (token {start}): a per-step estimator gives a step one value"
+            )
+    return None
+
+
+def check_sample_loss_inputs(
+    samples: Sequence[TrainingSample], keys: Sequence[str] = (), *, per_step: bool = False
+) -> Finding:
+    """Masked tokens carry no advantage; trained tokens carry the trajectory's scalar,
+    or with ``per_step`` (see :data:`PER_STEP_ESTIMATORS`) one value per sampled span."""
+    trained_rule = _per_step_problem if per_step else _scalar_problem
     for i, s in enumerate(samples):
         key = keys[i] if i < len(keys) else ""
-        for pos, (mask, adv) in enumerate(zip(s.loss_mask, s.advantages, strict=False)):
-            if mask == 0 and adv != 0.0:
-                return Finding(
-                    "loss_inputs",
-                    "fail",
-                    f"advantage {adv:.4g} on a masked (non-sampled) token",
-                    _sample_where(s, pos, key),
-                )
-            if mask == 1 and abs(adv - s.advantage) > _TOLERANCE:
-                return Finding(
-                    "loss_inputs",
-                    "fail",
-                    f"advantage {adv:.4g} differs from the trajectory's {s.advantage:.4g}",
-                    _sample_where(s, pos, key),
-                )
-    return Finding("loss_inputs", "pass", "no advantage on masked tokens")
+        masked, trained = _masked_token_problem(s), trained_rule(s)
+        found = [p for p in (masked, trained) if p is not None]
+        if found:
+            pos, message = min(found)
+            return Finding("loss_inputs", "fail", message, _sample_where(s, pos, key))
+    shape = "one per sampled span" if per_step else "the trajectory's own"
+    return Finding("loss_inputs", "pass", f"no advantage on masked tokens; trained: {shape}")
 
 
 def check_estimator(
     per_group: dict[Any, list[tuple[float, float]]], estimator: dict[str, Any] | None, label: str
 ) -> Finding:
     """Recompute each group's advantages from its rewards with the recorded estimator."""
-    if not estimator or estimator.get("estimator") not in ESTIMATORS:
+    if not estimator or not estimator.get("estimator"):
         return Finding("loss_inputs", "warn", "no advantage estimator recorded: not re-checked")
+    if estimator["estimator"] not in ESTIMATORS:  # a tree estimator needs the tree
+        return Finding(
+            "loss_inputs",
+            "warn",
+            f"advantages by {estimator['estimator']} are not recomputed from a samples file",
+        )
     name = estimator["estimator"]
     normalize = bool(estimator.get("normalize_std", False))
     eps = float(estimator.get("eps", 1e-6))
@@ -323,7 +403,23 @@ def check_staleness(
         versions.append((record.key, version))
     known = [(k, v) for k, v in versions if v is not None]
     if not known:
+        if max_staleness is not None:  # asked for a guarantee the data cannot give
+            return [
+                Finding(
+                    "completion_boundaries",
+                    "fail",
+                    "cannot check staleness: no weights version recorded",
+                )
+            ]
         return [Finding("completion_boundaries", "warn", "no weights version recorded")]
+    if current_version is None and max_staleness is not None:
+        return [
+            Finding(
+                "completion_boundaries",
+                "fail",
+                "cannot check staleness without the current version (pass --current-version)",
+            )
+        ]
     if current_version is None:
         counts = Counter(str(v) for _, v in known)
         return [
@@ -369,74 +465,6 @@ def check_staleness(
     return findings
 
 
-def check_re_rendering(
-    records: Sequence[GroupRecord], tokenizer: Any, template_extends: bool
-) -> list[Finding]:
-    """Split points match the recorded prefix breaks; re-tokenizing changes nothing."""
-    findings: list[Finding] = []
-    unexpected = None
-    for record in records:
-        for t, traj in enumerate(record.group.trajectories if record.group else []):
-            samples = _samples(traj, 0.0)
-            if not samples and traj.transitions:
-                continue  # unreadable trajectory, already reported by fixed_trajectory
-            breaks = sum(1 for tr in traj.transitions if tr.metrics.get(_PREFIX_BREAK_METRIC))
-            if len(samples) != 1 + breaks:
-                findings.append(
-                    Finding(
-                        "re_rendering",
-                        "fail",
-                        f"{len(samples)} samples but {breaks} recorded prefix breaks: the context "
-                        "was rewritten without the collector knowing",
-                        f"group {record.key} traj {t}",
-                    )
-                )
-                return findings
-            if breaks and template_extends and unexpected is None:
-                unexpected = f"group {record.key} traj {t}"
-            for s_index, sample in enumerate(samples):
-                text = tokenizer.decode(sample.tokens, skip_special_tokens=False)
-                again = list(tokenizer.encode(text, add_special_tokens=False))
-                if again != sample.tokens:
-                    pos = next(
-                        (
-                            i
-                            for i, (a, b) in enumerate(zip(again, sample.tokens, strict=False))
-                            if a != b
-                        ),
-                        min(len(again), len(sample.tokens)),
-                    )
-                    findings.append(
-                        Finding(
-                            "re_rendering",
-                            "fail",
-                            "re-tokenizing the decoded sequence gives different tokens: a trainer "
-                            "that re-tokenizes text would train on tokens the policy never saw",
-                            f"group {record.key} traj {t} sample {s_index} token {pos}",
-                        )
-                    )
-                    return findings
-    if unexpected:
-        findings.append(
-            Finding(
-                "re_rendering",
-                "warn",
-                "prefix breaks recorded although the template extends the test conversations",
-                unexpected,
-            )
-        )
-    mode = "extends each turn" if template_extends else "rewrites history (splits expected)"
-    findings.append(
-        Finding(
-            "re_rendering",
-            "pass",
-            f"template {mode}; split points match recorded prefix breaks; "
-            "re-tokenizing reproduces every sample",
-        )
-    )
-    return findings
-
-
 def check_records(
     records: Sequence[GroupRecord],
     *,
@@ -444,10 +472,17 @@ def check_records(
     tokenizer: Any = None,
     current_version: int | None = None,
     max_staleness: int | None = None,
+    text_trainer: bool = False,
 ) -> CheckReport:
+    """Every check on a store's records. ``text_trainer`` makes a text round-trip
+    difference a failure (for trainers that re-tokenize decoded text)."""
     report = CheckReport(source, "trajectories")
     ok = [r for r in records if r.status == "ok" and r.group is not None]
     report.stats = {"groups": len(records), "ok": len(ok), "failed": len(records) - len(ok)}
+    if not ok:
+        report.findings.append(
+            Finding("fixed_input", "fail", f"no ok group in {len(records)}: nothing to train on")
+        )
     report.findings += check_fixed_input(ok)
 
     report.findings.append(check_logprob_lengths(ok))
@@ -469,6 +504,9 @@ def check_records(
     report.findings.append(check_sample_alignment(samples, sample_keys))
     if tokenizer is not None:
         report.findings.append(check_action_text(ok, tokenizer))
+        report.findings.append(check_token_ids(ok, tokenizer))
+        renderer = (ok[0].provenance.get("env") or {}).get("renderer") if ok else None
+        report.findings.append(check_observation_controls(ok, tokenizer, renderer))
 
     report.findings.append(check_sample_loss_inputs(samples, sample_keys))
     distinct = set(estimators)
@@ -484,34 +522,44 @@ def check_records(
     report.findings.append(constant_reward_groups(per_group))
 
     report.findings += check_staleness(ok, current_version, max_staleness)
+    report.findings += check_trees(ok)  # tree rollouts only (inspect/tree_checks.py)
 
+    report.findings += check_split_points(ok, tokenizer)
     if tokenizer is None:
         report.findings.append(
-            Finding("re_rendering", "skip", "no tokenizer (pass --tokenizer) to re-render with")
+            Finding("re_rendering", "skip", "no tokenizer (pass --tokenizer) to re-tokenize with")
         )
     else:
-        from agentenvs.rollout.inspect.template_check import check_template
-
-        extends = check_template(tokenizer).extends
-        report.findings += check_re_rendering(ok, tokenizer, extends)
+        keyed = list(zip(sample_keys, samples, strict=True))
+        report.findings.append(check_text_round_trip(keyed, tokenizer, text_trainer=text_trainer))
     return report
 
 
 def check_samples(
-    samples: Sequence[TrainingSample], extras: Sequence[dict[str, Any]], *, source: str = ""
+    samples: Sequence[TrainingSample],
+    extras: Sequence[dict[str, Any]],
+    *,
+    source: str = "",
+    reference: Sequence[GroupRecord] | None = None,
 ) -> CheckReport:
+    """Checks of a samples hand-off; ``reference``, the store it was made from, lets
+    the tokens and masks be judged against what was really sampled."""
     report = CheckReport(source, "samples")
     report.stats = {"samples": len(samples)}
     report.findings.append(
         Finding("fixed_input", "skip", "a samples file carries no provenance; check the store")
     )
     report.findings.append(check_sample_alignment(samples))
-    report.findings.append(check_sample_loss_inputs(samples))
+    if reference is None:
+        report.findings.append(zero_logprob_tokens(samples))
+    else:
+        report.findings.append(check_samples_against_store(samples, reference))
+    estimator = next((e.get("advantage_estimator", e) for e in extras if e), None)
+    report.findings.append(check_sample_loss_inputs(samples, per_step=is_per_step(estimator)))
     per_group: dict[Any, dict[int, tuple[float, float]]] = {}
     for s in samples:
         per_group.setdefault(s.group_index, {})[s.traj_index] = (s.reward, s.advantage)
     flat = {g: [v[t] for t in sorted(v)] for g, v in per_group.items()}
-    estimator = next((e.get("advantage_estimator", e) for e in extras if e), None)
     report.findings.append(check_estimator(flat, estimator, "group"))
     report.findings.append(constant_reward_groups(flat))
     report.findings.append(
@@ -567,19 +615,26 @@ def check_file(
     tokenizer: Any = None,
     current_version: int | None = None,
     max_staleness: int | None = None,
+    text_trainer: bool = False,
+    reference: str | Path | None = None,
 ) -> CheckReport:
-    """Check a trajectory store or a JSONL samples hand-off; the kind is detected."""
+    """Check a trajectory store or a JSONL samples hand-off; the kind is detected.
+
+    ``reference`` is the trajectory store a samples file was made from;
+    ``text_trainer`` fails samples whose decoded text re-tokenizes differently.
+    """
+    from agentenvs.rollout.collect.store import read_store
+
     path = Path(path)
     if file_kind(path) == "trajectories":
-        from agentenvs.rollout.collect.store import TrajectoryStore
-
-        records = list(TrajectoryStore(path).read())
+        records = read_store(path).latest()  # superseded failures do not count
         return check_records(
             records,
             source=str(path),
             tokenizer=tokenizer,
             current_version=current_version,
             max_staleness=max_staleness,
+            text_trainer=text_trainer,
         )
     from agentenvs.rollout.handoff.jsonl import sample_from_json
 
@@ -588,4 +643,5 @@ def check_file(
         # Lengths are checked by the report, not refused while loading.
         samples.append(sample_from_json(line, strict=False))
         extras.append(line.get("extra") or {})
-    return check_samples(samples, extras, source=str(path))
+    store = read_store(reference).latest() if reference is not None else None
+    return check_samples(samples, extras, source=str(path), reference=store)

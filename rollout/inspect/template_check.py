@@ -87,7 +87,8 @@ class ConversationCheck:
     name: str
     turns: list[TurnCheck] = field(default_factory=list)
     token_exact: bool = True
-    """The appended context decodes to the template's rendering of the whole conversation."""
+    """The appended context decodes to the template's rendering of the prompt before the
+    last turn (the last turn is the model's own tokens)."""
 
     @property
     def extends(self) -> bool:
@@ -155,11 +156,16 @@ def check_conversation(
             result.turns.append(TurnCheck(turn, True))
             context = context + appended.tokens
         i = j
-    full = renderer.render_text(messages, tools, add_generation_prompt=False)
-    decoded = renderer.decode(context)
-    # The final assistant turn's closing may differ (the model's end-of-turn vs the
-    # template's), so compare up to the shorter rendering's end of content.
-    result.token_exact = full.startswith(decoded) or decoded.startswith(full.rstrip())
+    # The context before the last action must decode to the template's rendering of
+    # the prompt the model saw for it. The last turn itself is the model's, not the
+    # template's: rendered as a final message it may be framed differently (Qwen3
+    # wraps it in an empty think block), which says nothing about the context.
+    if i < len(messages):  # ended on an assistant turn
+        prompt = renderer.render_text(messages[:i], tools, add_generation_prompt=True)
+        result.token_exact = renderer.decode(context[: len(context) - len(action)]) == prompt
+    else:  # ended on an observation: the whole context is the next prompt
+        prompt = renderer.render_text(messages, tools, add_generation_prompt=True)
+        result.token_exact = renderer.decode(context) == prompt
     return result
 
 

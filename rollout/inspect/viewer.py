@@ -1,33 +1,46 @@
-"""Look at stored trajectories: a self-contained HTML page, or a view in the terminal.
+"""Look at stored trajectories: the shared views behind the HTML page and the terminal.
 
 Both views show the token stream exactly as the policy saw it, decoded piece by
-piece, so sampled tokens (the ones that carry loss) stand apart from prompt and
-environment tokens (masked out). Hovering a piece in the HTML page shows its
-token ids and sampler logprobs.
+piece (:mod:`agentenvs.rollout.inspect.decode`), so sampled tokens (the ones
+that carry loss) stand apart from prompt and environment tokens (masked out).
+This module turns records into views; :mod:`page_data` and the template make
+the page, :mod:`terminal_view` prints to a console.
 
-Reading is strict on purpose: a file that is not a trajectory store gets a
-:class:`ViewerError` naming the line, because a view that silently skips broken
-records would hide the thing the person came to look at. The one exception is
-a torn last line, which is what a killed run leaves behind and the store itself
-tolerates.
+Reading goes through the store's one reader: torn lines (a killed run) are
+skipped with a warning, anything else that is not a record is an error naming
+the line. Each group is shown at its latest outcome, so a failure that a rerun
+fixed is not counted.
 """
 
 from __future__ import annotations
 
-import html
-import json
-import math
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from agentenvs.envs.types import Trajectory
 from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.inspect.decode import DecodedSpan, Piece, decode_pieces, decode_span
+
+__all__ = [
+    "GroupView",
+    "Piece",
+    "TrajectoryView",
+    "ViewerError",
+    "decode_pieces",
+    "group_view",
+    "load_records",
+    "overview",
+    "render_html",
+    "select_groups",
+    "tokenizer_spec_for",
+    "trajectory_view",
+]
 
 SpanKind = Literal["prompt", "env", "sampled"]
 TEMPLATE_NAME = "viewer.html.j2"
+SCRIPT_NAME = "viewer.js"
 
 
 class ViewerError(RuntimeError):
@@ -38,103 +51,10 @@ class ViewerError(RuntimeError):
 
 
 def load_records(path: str | Path) -> list[GroupRecord]:
-    """Every group record of a trajectory file, in file order."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ViewerError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ViewerError(f"{path}: is a directory, not a trajectory file") from None
-    except UnicodeDecodeError:
-        raise ViewerError(f"{path}: not a text file (expected JSONL trajectories)") from None
-    except OSError as err:
-        raise ViewerError(f"{path}: cannot read ({err.strerror or err})") from None
+    """The latest outcome of every group of a trajectory file, in file order."""
+    from agentenvs.rollout.collect.store import read_store
 
-    lines = text.splitlines()
-    records: list[GroupRecord] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as err:
-            if number == len(lines) and not text.endswith("\n"):
-                break  # a torn last line: the run was killed while writing it
-            raise ViewerError(f"{path}:{number}: not valid JSON ({err.msg})") from None
-        if not isinstance(data, dict):
-            raise ViewerError(f"{path}:{number}: not a trajectory record (a JSON object)")
-        try:
-            records.append(GroupRecord.from_json(data))
-        except (KeyError, TypeError, ValueError) as err:
-            detail = f"missing field {err}" if isinstance(err, KeyError) else str(err)
-            raise ViewerError(f"{path}:{number}: not a trajectory record ({detail})") from None
-    return records
-
-
-# ---- decoding tokens into pieces ---------------------------------------------------------
-
-
-@dataclass
-class Piece:
-    """Decoded text of one token, or of a few tokens that only decode together
-    (a multi-byte character split across byte-level tokens)."""
-
-    text: str
-    token_ids: list[int]
-    logprobs: list[float | None]
-    special: bool = False
-
-    def title(self) -> str:
-        parts = []
-        for token, lp in zip(self.token_ids, self.logprobs, strict=True):
-            parts.append(f"id {token}" + ("" if lp is None else f"  logprob {lp:.4f}"))
-        return "\n".join(parts)
-
-    @property
-    def min_logprob(self) -> float | None:
-        values = [lp for lp in self.logprobs if lp is not None]
-        return min(values) if values else None
-
-
-def decode_pieces(
-    tokenizer: Any, tokens: Sequence[int], logprobs: Sequence[float | None] | None = None
-) -> list[Piece]:
-    """Split ``tokens`` into displayable pieces whose texts concatenate to the decoding.
-
-    Each token is decoded after a few tokens of left context (so tokenizers that
-    drop a leading space on a lone token still show it); tokens that decode to an
-    incomplete character are held and joined with the next ones.
-    """
-    if logprobs is None:
-        logprobs = [None] * len(tokens)
-    special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
-
-    def decode(ids: Sequence[int]) -> str:
-        return tokenizer.decode(list(ids), skip_special_tokens=False) if ids else ""
-
-    window = 4
-    pieces: list[Piece] = []
-    pending: list[int] = []
-    pending_lp: list[float | None] = []
-    start = 0  # index of the first pending token
-    for index, (token, lp) in enumerate(zip(tokens, logprobs, strict=True)):
-        if not pending:
-            start = index
-        pending.append(int(token))
-        pending_lp.append(lp)
-        context = list(tokens[max(0, start - window) : start])
-        before = decode(context)
-        after = decode(context + pending)
-        complete = after.startswith(before) and not after.endswith("\ufffd")
-        if complete or len(pending) >= 8:
-            text = after[len(before) :] if after.startswith(before) else decode(pending)
-            special = len(pending) == 1 and pending[0] in special_ids
-            pieces.append(Piece(text, pending, pending_lp, special))
-            pending, pending_lp = [], []
-    if pending:
-        pieces.append(Piece(decode(pending), pending, pending_lp))
-    return pieces
+    return read_store(path).latest()
 
 
 # ---- turning records into views ----------------------------------------------------------
@@ -143,10 +63,15 @@ def decode_pieces(
 @dataclass
 class Span:
     kind: SpanKind
-    pieces: list[Piece]
+    decoded: DecodedSpan
     turn: int | None = None
     restart: bool = False
     """The context was rebuilt here: the template could not extend the conversation."""
+
+    @property
+    def pieces(self) -> list[Piece]:
+        """One object per piece, made on demand: the page needs only the offsets."""
+        return self.decoded.pieces()
 
 
 @dataclass
@@ -215,12 +140,12 @@ def trajectory_view(
             samples += 1
         if new:
             kind: SpanKind = "prompt" if turn == 0 or restart else "env"
-            spans.append(Span(kind, decode_pieces(tokenizer, new), turn, restart))
+            spans.append(Span(kind, decode_span(tokenizer, new), turn, restart))
         action = tr.ac.tokens
         logprobs = tr.ac.logprobs if tr.ac.logprobs is not None else [None] * len(action)
         if len(logprobs) != len(action):  # a broken record: show tokens, drop logprobs
             logprobs = [None] * len(action)
-        spans.append(Span("sampled", decode_pieces(tokenizer, action, logprobs), turn))
+        spans.append(Span("sampled", decode_span(tokenizer, action, logprobs), turn))
         known = [lp for lp in logprobs if lp is not None]
         turns.append(
             TurnRow(
@@ -242,7 +167,7 @@ def trajectory_view(
         extends = len(traj.final_ob) >= n and traj.final_ob[:n] == context
         tail = traj.final_ob[n:] if extends else traj.final_ob
         if tail:
-            spans.append(Span("env", decode_pieces(tokenizer, tail), None, not extends))
+            spans.append(Span("env", decode_span(tokenizer, tail), None, not extends))
             masked += len(tail)
     return TrajectoryView(
         index=index,
@@ -288,13 +213,28 @@ def group_view(tokenizer: Any, record: GroupRecord, index: int) -> GroupView:
     )
 
 
-def select_groups(records: list[GroupRecord], group: int | None) -> list[tuple[int, GroupRecord]]:
-    """All records with their file index, or just group ``group`` (0-based)."""
+def select_groups(
+    records: list[GroupRecord], group: int | str | None, limit: int | None = None
+) -> list[tuple[int, GroupRecord]]:
+    """The records to show with their index: all, one group (by 0-based index or by
+    key), or the first ``limit``."""
+    if limit is not None and limit < 1:
+        raise ViewerError(f"--limit must be at least 1, got {limit}")
     if group is None:
-        return list(enumerate(records))
-    if not 0 <= group < len(records):
-        raise ViewerError(f"no group {group}: the file holds {len(records)} group(s), 0-based")
-    return [(group, records[group])]
+        chosen = list(enumerate(records))
+        return chosen if limit is None else chosen[:limit]
+    for index, record in enumerate(records):
+        if record.key == str(group):
+            return [(index, record)]
+    text = str(group)
+    if text.lstrip("-").isdigit():
+        number = int(text)
+        if 0 <= number < len(records):
+            return [(number, records[number])]
+    raise ViewerError(
+        f"no group {group}: the file holds {len(records)} group(s); pass a 0-based index "
+        "or a group key"
+    )
 
 
 def overview(records: list[GroupRecord]) -> dict[str, Any]:
@@ -311,7 +251,18 @@ def overview(records: list[GroupRecord]) -> dict[str, Any]:
         "mean_reward": sum(rewards) / len(rewards) if rewards else None,
         "stop_reasons": dict(sorted(stops.items())),
         "envs": envs,
+        "estimators": estimators(records),
     }
+
+
+def estimators(records: list[GroupRecord]) -> list[str]:
+    """How the stored advantages were computed, as short names (``grpo``, ``rloo, std``)."""
+    names = set()
+    for record in records:
+        info = record.extra.get("advantage_estimator")
+        if isinstance(info, dict) and info.get("estimator"):
+            names.add(str(info["estimator"]) + (", std" if info.get("normalize_std") else ""))
+    return sorted(names)
 
 
 # ---- the tokenizer a file was made with ----------------------------------------------------
@@ -339,38 +290,7 @@ def tokenizer_spec_for(
     return (requested or spec or "builtin"), recorded
 
 
-# ---- HTML ------------------------------------------------------------------------------------
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            return str(value)
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _piece_html(piece: Piece, kind: SpanKind) -> str:
-    # The colour comes from the enclosing segment; a piece carries only what differs.
-    attrs = f'title="{html.escape(piece.title(), quote=True)}"'
-    if piece.special:
-        attrs += ' class="sp"'
-    lp = piece.min_logprob
-    if kind == "sampled" and lp is not None and math.isfinite(lp):
-        attrs += f' data-lp="{lp:.4f}"'
-    return f"<span {attrs}>{html.escape(piece.text)}</span>"
-
-
-def _span_html(span: Span) -> str:
-    body = "".join(_piece_html(p, span.kind) for p in span.pieces)
-    marker = ""
-    if span.restart:
-        marker = (
-            '<span class="restart">new training sample: '
-            "the template did not extend the conversation</span>"
-        )
-    turn = "" if span.turn is None else f' data-turn="{span.turn}"'
-    return f'{marker}<span class="seg {span.kind}"{turn}>{body}</span>'
+# ---- HTML --------------------------------------------------------------------------------------
 
 
 def render_html(
@@ -378,112 +298,40 @@ def render_html(
     tokenizer: Any,
     *,
     source: str = "",
-    group: int | None = None,
+    group: int | str | None = None,
+    limit: int | None = None,
     tokenizer_name: str = "",
 ) -> str:
-    """A self-contained page (inline CSS and JS, no external assets)."""
+    """A self-contained page (inline CSS, script and data; no external assets).
+
+    The groups travel as JSON and the page draws each one when it is opened, so
+    the page stays small and opens fast however many groups the file holds."""
     from importlib.resources import files
 
     import jinja2
     from markupsafe import Markup
 
+    from agentenvs.rollout.inspect.page_data import embed_json, page_data
+
+    selected = select_groups(records, group, limit)
+    data = page_data(
+        records, tokenizer, source=source, tokenizer_name=tokenizer_name, selected=selected
+    )
+    package = files(__package__)
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters["fmt"] = _fmt
-    env.filters["pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, default=str)
-    env.globals["span_html"] = lambda span: Markup(_span_html(span))
-    source_text = files(__package__).joinpath(TEMPLATE_NAME).read_text(encoding="utf-8")
-    template = env.from_string(source_text)
-    groups = [group_view(tokenizer, rec, i) for i, rec in select_groups(records, group)]
+    template = env.from_string(package.joinpath(TEMPLATE_NAME).read_text(encoding="utf-8"))
+    script = package.joinpath(SCRIPT_NAME).read_text(encoding="utf-8")
     return template.render(
         source=source,
-        summary=overview(records),
-        groups=groups,
-        tokenizer_name=tokenizer_name,
-        selected=group,
+        data=Markup(embed_json(data)),
+        script=Markup(script.replace("</", "<\\/")),
     )
 
 
-# ---- terminal ----------------------------------------------------------------------------------
+def __getattr__(name: str) -> Any:
+    """``render_terminal`` moved to :mod:`terminal_view`; old imports keep working."""
+    if name == "render_terminal":
+        from agentenvs.rollout.inspect.terminal_view import render_terminal
 
-_TERMINAL_STYLES: dict[SpanKind, str] = {
-    "prompt": "grey50",
-    "env": "yellow",
-    "sampled": "bold cyan",
-}
-
-
-def render_terminal(
-    records: list[GroupRecord],
-    tokenizer: Any,
-    console: Any,
-    *,
-    source: str = "",
-    group: int | None = None,
-) -> None:
-    """Print the file to a rich console: sampled tokens bold cyan, prompt grey, env yellow."""
-    from rich.panel import Panel
-    from rich.table import Table
-    from rich.text import Text
-
-    summary = overview(records)
-    head = Table.grid(padding=(0, 2))
-    head.add_row("file", Text(source))
-    head.add_row("envs", Text(", ".join(summary["envs"]) or "-"))
-    head.add_row(
-        "groups",
-        f"{summary['groups']} ({summary['ok']} ok, {summary['failed']} failed), "
-        f"{summary['trajectories']} trajectories",
-    )
-    mean = summary["mean_reward"]
-    head.add_row("mean reward", "-" if mean is None else f"{mean:.4f}")
-    head.add_row(
-        "stop reasons", Text(", ".join(f"{k}: {v}" for k, v in summary["stop_reasons"].items()))
-    )
-    console.print(Panel(head, title="trajectories", expand=False))
-    legend = Text()
-    legend.append("prompt", _TERMINAL_STYLES["prompt"])
-    legend.append("  ")
-    legend.append("environment", _TERMINAL_STYLES["env"])
-    legend.append("  ")
-    legend.append("sampled (trained on)", _TERMINAL_STYLES["sampled"])
-    console.print(legend)
-
-    for index, record in select_groups(records, group):
-        view = group_view(tokenizer, record, index)
-        title = Text(f"group {view.index}  key {view.key}  task {view.task_id}  ({view.status})")
-        if view.status != "ok":
-            console.print(
-                Panel(Text(view.error or "failed", style="red"), title=title, expand=False)
-            )
-            continue
-        console.rule(title)
-        for traj in view.trajectories:
-            text = Text()
-            for span in traj.spans:
-                if span.restart:
-                    text.append("\n[new training sample]\n", "bold red")
-                for piece in span.pieces:
-                    text.append(piece.text, _TERMINAL_STYLES[span.kind])
-            heading = Text(f"trajectory {traj.index}", style="bold")
-            heading.append(
-                f"  reward {traj.total_reward:.4g} (steps {traj.step_reward:.4g} + group "
-                f"{traj.group_reward:.4g})  stop {traj.stop_reason}  sampled "
-                f"{traj.sampled_tokens} / masked {traj.masked_tokens} tokens"
-                + (f"  {traj.samples} training samples" if traj.samples > 1 else "")
-            )
-            console.print(heading)
-            console.print(text)
-            table = Table("turn", "action tok", "obs tok", "sampler stop", "reward", "metrics")
-            for row in traj.turns:
-                metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in row.metrics.items())
-                table.add_row(
-                    str(row.turn),
-                    str(row.action_tokens),
-                    str(row.observation_tokens) + (" (restart)" if row.restart else ""),
-                    Text(row.sampler_stop),
-                    _fmt(row.reward),
-                    Text(metrics),
-                )
-            console.print(table)
-        if view.group_metrics and any(view.group_metrics):
-            console.print(Text(f"group metrics: {view.group_metrics}"))
+        return render_terminal
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -43,7 +43,8 @@ def make_policy(name: str, **options: Any) -> Policy | PolicyFactory:
     * ``hf``: ``model=`` a local directory; ``tokenizer``, ``temperature``,
       ``top_p``, ``max_tokens``, ``seed``, ``device``, ``dtype``.
     * ``openai``: ``url=``, ``model``, ``api="vllm"|"sglang"``, ``tokenizer``,
-      sampling settings, ``timeout``, ``retries``, ``concurrency``.
+      sampling settings, ``timeout``, ``retries``, ``concurrency``; with ``seed``,
+      each turn of a rollout gets its own derived, recorded seed.
 
     Every policy also takes ``weights_version``, stored with each group's provenance
     so a trainer can tell how stale the samples are.

@@ -18,6 +18,13 @@ Token-in/token-out over HTTP:
 Connection errors, timeouts, 429 and 5xx answers are retried with exponential
 backoff; anything else, or running out of attempts, is a :class:`PolicyError`
 naming the URL. Requests in flight are bounded by ``concurrency``.
+
+Inside a rollout each request gets its own seed, derived from ``seed`` and the
+turn's slot (group key, trajectory, turn: :func:`derive_seed`), so the episodes of
+a GRPO group differ and the same seeds reproduce them. Each turn's answer is
+stamped with that seed and with the weights that served it (:attr:`weights`, which
+a :class:`~agentenvs.rollout.weights.WeightSync` replaces after a verified swap;
+requests wait at :attr:`gate` while one is under way).
 """
 
 from __future__ import annotations
@@ -25,12 +32,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from dataclasses import replace
 from typing import Any, Literal
 
 import httpx
 
 from agentenvs.envs.types import SamplerStopReason, StopCondition, TokensWithLogprobs
-from agentenvs.rollout.policies.base import PolicyError
+from agentenvs.rollout.policies.base import (
+    PolicyError,
+    StampedTokens,
+    current_turn,
+    derive_seed,
+)
+from agentenvs.rollout.weights.gate import SwapGate
+from agentenvs.rollout.weights.identity import WeightsIdentity
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +74,7 @@ class OpenAICompatPolicy:
         concurrency: int = 32,
         eos_token_ids: list[int] | None = None,
         api_key: str | None = None,
+        weights_version: int | str | None = None,
     ) -> None:
         if api not in ("vllm", "sglang"):
             raise ValueError(f"api must be 'vllm' or 'sglang', got {api!r}")
@@ -87,6 +103,23 @@ class OpenAICompatPolicy:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx.AsyncClient | None = None
         self._slots: asyncio.Semaphore | None = None
+        self.weights = WeightsIdentity(version=weights_version)
+        """What the server samples with; a weight sync replaces it once verified."""
+        self.gate = SwapGate()
+
+    @property
+    def weights_version(self) -> int | str | None:
+        return self.weights.version
+
+    @weights_version.setter
+    def weights_version(self, version: int | str | None) -> None:
+        self.weights = replace(self.weights, version=version)
+
+    def served_model(self) -> str | None:
+        """The model name requests use: a loaded LoRA adapter's, else the base model's."""
+        if self.weights.path == "lora" and self.weights.name:
+            return self.weights.name
+        return self.model
 
     # ---- the policy ------------------------------------------------------------------
     async def __call__(
@@ -94,16 +127,39 @@ class OpenAICompatPolicy:
     ) -> TokensWithLogprobs:
         cap = self.max_tokens if max_tokens is None else min(max_tokens, self.max_tokens)
         client, slots = self._session()
+        seed = self.request_seed()
         async with slots:
-            if self.api == "vllm":
-                if self.model is None:
-                    self.model = await self._first_model(client)
-                data = await self._post(
-                    client, "/v1/completions", self._vllm_body(observation, stop, cap)
-                )
-                return self._parse_vllm(data)
-            data = await self._post(client, "/generate", self._sglang_body(observation, stop, cap))
-            return self._parse_sglang(data)
+            if self.api == "vllm" and self.model is None:
+                self.model = await self._first_model(client)
+            async with self.gate.request():
+                weights = self.weights  # fixed while the request is in flight
+                if weights.failed:
+                    raise PolicyError(
+                        f"sampling refused: the weights on {self.url} failed verification "
+                        f"({weights.failed}); sync verified weights first"
+                    )
+                if self.api == "vllm":
+                    body = self._vllm_body(observation, stop, cap, seed)
+                    body["model"] = self.served_model()
+                    out = self._parse_vllm(await self._post(client, "/v1/completions", body))
+                else:
+                    body = self._sglang_body(observation, stop, cap, seed)
+                    out = self._parse_sglang(await self._post(client, "/generate", body))
+        if weights.path == "base" and weights.name is None:
+            weights = replace(weights, name=self.model)  # the served model, once known
+        stamp: dict[str, str | int | float] = {"weights": weights.label()}
+        if weights.version is not None:
+            stamp["weights_version"] = weights.version
+        if seed is not None:
+            stamp["seed"] = seed
+        return StampedTokens(out.tokens, out.logprobs, out.stop_reason, stamp=stamp)
+
+    def request_seed(self) -> int | None:
+        """This request's seed: derived per turn inside a rollout, ``seed`` outside one."""
+        if self.seed is None:
+            return None
+        slot = current_turn.get()
+        return self.seed if slot is None else derive_seed(self.seed, slot)
 
     def provenance(self) -> dict[str, Any]:
         return {
@@ -115,6 +171,10 @@ class OpenAICompatPolicy:
             "top_p": self.top_p,
             "max_tokens": self.max_tokens,
             "seed": self.seed,
+            "seed_per_turn": "derive_seed(seed, group key, trajectory, turn)"
+            if self.seed is not None
+            else None,
+            "weights": self.weights.to_json(),
         }
 
     async def aclose(self) -> None:
@@ -123,7 +183,9 @@ class OpenAICompatPolicy:
             self._client = None
 
     # ---- requests --------------------------------------------------------------------
-    def _vllm_body(self, prompt: list[int], stop: StopCondition, cap: int) -> dict[str, Any]:
+    def _vllm_body(
+        self, prompt: list[int], stop: StopCondition, cap: int, seed: int | None = None
+    ) -> dict[str, Any]:
         strings = [s for s in stop if isinstance(s, str)]
         ids = [s for s in stop if isinstance(s, int)]
         body: dict[str, Any] = {
@@ -142,11 +204,13 @@ class OpenAICompatPolicy:
             body["stop"] = strings
         if ids:
             body["stop_token_ids"] = ids
-        if self.seed is not None:
-            body["seed"] = self.seed
+        if seed is not None:
+            body["seed"] = seed
         return body
 
-    def _sglang_body(self, prompt: list[int], stop: StopCondition, cap: int) -> dict[str, Any]:
+    def _sglang_body(
+        self, prompt: list[int], stop: StopCondition, cap: int, seed: int | None = None
+    ) -> dict[str, Any]:
         params: dict[str, Any] = {
             "max_new_tokens": cap,
             "temperature": self.temperature,
@@ -160,8 +224,8 @@ class OpenAICompatPolicy:
             params["stop"] = strings
         if ids:
             params["stop_token_ids"] = ids
-        if self.seed is not None:
-            params["sampling_seed"] = self.seed
+        if seed is not None:
+            params["sampling_seed"] = seed
         return {"input_ids": list(prompt), "sampling_params": params, "return_logprob": True}
 
     def _session(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
@@ -173,6 +237,21 @@ class OpenAICompatPolicy:
             self._slots = asyncio.Semaphore(self.concurrency)
         assert self._slots is not None
         return self._client, self._slots
+
+    async def request(self, method: str, path: str, body: dict | None = None) -> dict[str, Any]:
+        """Any request to the server (admin endpoints, probes), with this policy's
+        retries and errors; it does not wait at the gate, so a weight sync can use it.
+        An answer that is not JSON (vLLM's LoRA endpoints answer in plain text) comes
+        back as ``{"text": ...}``."""
+        client, _ = self._session()
+        return await self._send(client, method, path, body, plain_text_ok=True)
+
+    async def model_name(self) -> str:
+        """The base model's name, asked of the server if it was not given."""
+        if self.model is None:
+            client, _ = self._session()
+            self.model = await self._first_model(client)
+        return self.model
 
     async def _first_model(self, client: httpx.AsyncClient) -> str:
         data = await self._send(client, "GET", "/v1/models", None)
@@ -187,7 +266,13 @@ class OpenAICompatPolicy:
         return await self._send(client, "POST", path, body)
 
     async def _send(
-        self, client: httpx.AsyncClient, method: str, path: str, body: dict | None
+        self,
+        client: httpx.AsyncClient,
+        method: str,
+        path: str,
+        body: dict | None,
+        *,
+        plain_text_ok: bool = False,
     ) -> dict[str, Any]:
         url = self.url + path
         last = ""
@@ -215,6 +300,8 @@ class OpenAICompatPolicy:
             try:
                 return response.json()
             except ValueError:
+                if plain_text_ok:
+                    return {"text": response.text}
                 raise PolicyError(
                     f"policy server {url} answered with something that is not JSON: "
                     f"{_snippet(response)}"

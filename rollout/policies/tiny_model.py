@@ -44,3 +44,14 @@ def save_tiny_model(directory: str | Path, tokenizer: Any, **options: Any) -> Pa
     build_tiny_model(tokenizer, **options).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+VLLM_HIDDEN_SIZE = 128
+"""vLLM's CPU attention supports head sizes of 32 and up; the default tiny model
+(hidden 32 over 4 heads: head size 8) loads, reports ready, then kills the engine
+on its first request. Hidden 128 over 4 heads gives head size 32."""
+
+
+def save_vllm_tiny_model(directory: str | Path, tokenizer: Any, *, seed: int = 0) -> Path:
+    """The tiny model sized for vLLM-CPU, saved with its tokenizer and chat template."""
+    return save_tiny_model(directory, tokenizer, hidden_size=VLLM_HIDDEN_SIZE, seed=seed)

@@ -21,7 +21,6 @@ import os
 import platform
 import socket
 import uuid
-from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from agentenvs.sandbox.base import (
@@ -48,8 +47,8 @@ from agentenvs.sandbox.supervised import (
     MB,
     SESSION_PROCESSES,
     SupervisedSandbox,
-    SupervisedSession,
 )
+from agentenvs.sandbox.supervised_session import SupervisedSession
 
 CONTAINER_HEADROOM_BYTES = 256 * MB
 """Above the per-execution memory limit: the supervisor's pre-imported heap, the tmpfs."""
@@ -119,7 +118,7 @@ class DockerSandbox(SupervisedSandbox[ContainerWorker]):
         self.image_info: Any = None
         self.instance_id = uuid.uuid4().hex
         """Label value on every container of this sandbox (see ``INSTANCE_LABEL``)."""
-        self.stats = {"runs": 0, "retries": 0, "containers_started": 0}
+        self.stats["containers_started"] = 0
 
     # ------------------------------------------------------------------ setup
     def _connect(self) -> Any:
@@ -250,7 +249,10 @@ class DockerSandbox(SupervisedSandbox[ContainerWorker]):
         finally:
             self._transient.discard(worker)
         self.stats["containers_started"] += 1
-        return worker
+        return self._watch_health(worker)
+
+    def _health_pid(self, worker: ContainerWorker) -> int | None:
+        return worker.host_pid if self.mode == "warm" else None
 
     async def _retire(self, worker: ContainerWorker) -> None:
         await worker.kill()
@@ -299,41 +301,10 @@ class DockerSandbox(SupervisedSandbox[ContainerWorker]):
         )
 
     # ------------------------------------------------------------------ runs
-    async def run(
-        self,
-        code: str,
-        *,
-        timeout: float | None = None,
-        memory_limit_mb: int | None = None,
-        stdin: str | None = None,
-        files: Mapping[str, bytes] | None = None,
-        fetch_files: Sequence[str] = (),
-        language: str = "python",
-    ) -> ExecResult:
-        if (refusal := self._refuse_arguments(files, fetch_files, language)) is not None:
-            return refusal
-        if (refusal := await self._refuse_or_start(closed=self._closed)) is not None:
-            return refusal
-        request, limits = self._run_request(
-            code,
-            timeout,
-            memory_limit_mb,
-            stdin,
-            files=files,
-            fetch_files=fetch_files,
-            language=language,
-        )
-        try:
-            if self.mode == "per_call":
-                return await self._run_per_call(request, limits)
-            assert self._idle is not None
-            slot = await self._idle.get()
-            try:
-                return await self._run_in_slot(slot, request, limits)
-            finally:
-                self._release_slot(slot)
-        finally:
-            self.stats["runs"] += 1
+    async def _dispatch(self, request: dict, limits: dict) -> ExecResult:
+        if self.mode == "per_call":
+            return await self._run_per_call(request, limits)
+        return await super()._dispatch(request, limits)
 
     def _oom_count(self, worker: ContainerWorker) -> int | None:
         return worker.oom.read()
@@ -381,7 +352,7 @@ class DockerSandbox(SupervisedSandbox[ContainerWorker]):
     # ------------------------------------------------------------------ introspection
     def workers(self) -> list[ContainerWorker]:
         workers = [slot.worker for slot in self._slots if slot.worker is not None]
-        workers += self._spares
+        workers += self._spares + self._standby
         workers += self._session_workers()
         workers += list(self._transient)
         return workers

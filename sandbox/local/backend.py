@@ -11,7 +11,6 @@ its earlier successful cells on a fresh one, and says so.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 
 from agentenvs.sandbox.base import (
     Capabilities,
@@ -30,10 +29,10 @@ from agentenvs.sandbox.supervised import (
     MB,
     SESSION_PROCESSES,
     SupervisedSandbox,
-    SupervisedSession,
     oom_between,
     to_exec_result,
 )
+from agentenvs.sandbox.supervised_session import SupervisedSession
 
 __all__ = ["LocalSandbox", "LocalSession", "to_exec_result"]
 
@@ -78,7 +77,7 @@ class LocalSandbox(SupervisedSandbox[Worker]):
         self._cgroup_notes: dict[str, str] = {}
         self._seccomp_reason = ""
         self._starting: set[Worker] = set()
-        self.stats = {"runs": 0, "busy": 0, "max_busy": 0, "retries": 0, "spawned": 0}
+        self.stats["spawned"] = 0
 
     # ------------------------------------------------------------------ setup
     def _check_python(self) -> None:
@@ -141,7 +140,10 @@ class LocalSandbox(SupervisedSandbox[Worker]):
         finally:
             self._starting.discard(worker)
         self.stats["spawned"] += 1
-        return worker
+        return self._watch_health(worker)
+
+    def _health_pid(self, worker: Worker) -> int | None:
+        return worker.supervisor_pid if worker.cgroup is not None else None
 
     async def _launch_first(self) -> Worker:
         return await self._first_worker(self._prepare())
@@ -185,42 +187,6 @@ class LocalSandbox(SupervisedSandbox[Worker]):
         )
 
     # ------------------------------------------------------------------ runs
-    async def run(
-        self,
-        code: str,
-        *,
-        timeout: float | None = None,
-        memory_limit_mb: int | None = None,
-        stdin: str | None = None,
-        files: Mapping[str, bytes] | None = None,
-        fetch_files: Sequence[str] = (),
-        language: str = "python",
-    ) -> ExecResult:
-        if self._closed:
-            return ExecResult(ExecStatus.SANDBOX_ERROR, message="the sandbox is closed")
-        if (refusal := self._refuse_arguments(files, fetch_files, language)) is not None:
-            return refusal
-        await self.start()
-        assert self._idle is not None
-        slot = await self._idle.get()
-        self.stats["busy"] += 1
-        self.stats["max_busy"] = max(self.stats["max_busy"], self.stats["busy"])
-        try:
-            request, limits = self._run_request(
-                code,
-                timeout,
-                memory_limit_mb,
-                stdin,
-                files=files,
-                fetch_files=fetch_files,
-                language=language,
-            )
-            return await self._run_in_slot(slot, request, limits)
-        finally:
-            self.stats["busy"] -= 1
-            self.stats["runs"] += 1
-            self._release_slot(slot)
-
     def _oom_count(self, worker: Worker) -> int | None:
         return worker.cgroup.oom_kills() if worker.cgroup is not None else None
 
@@ -259,7 +225,7 @@ class LocalSandbox(SupervisedSandbox[Worker]):
 
     def _all_workers(self) -> list[Worker]:
         workers = [slot.worker for slot in self._slots if slot.worker is not None]
-        workers += self._spares
+        workers += self._spares + self._standby
         workers += list(self._starting)
         workers += self._session_workers()
         return workers

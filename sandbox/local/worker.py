@@ -8,6 +8,11 @@ undelivered request is safe to retry elsewhere).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentenvs.sandbox.health import WorkerHealth
+
 import asyncio
 import contextlib
 import os
@@ -57,6 +62,9 @@ class FramedRequests:
 
     recycle: bool
     requests: int
+    health: WorkerHealth | None = None
+    """The host-side after-run check (``sandbox/health.py``), set when it was spawned."""
+    recycle_reason: str = ""
     _lock: asyncio.Lock
     _ids: Iterator[int]
 

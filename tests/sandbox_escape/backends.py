@@ -9,9 +9,10 @@ from "something the program left running". Another backend is added by appending
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,3 +113,38 @@ sandbox_backends.append(
         stray_host_processes=_docker_strays,
     )
 )
+
+
+@contextlib.asynccontextmanager
+async def started(spec: BackendSpec, config: SandboxConfig) -> AsyncIterator[Sandbox]:
+    """A started sandbox of ``spec`` (a pytest skip, with the reason, where it cannot run)."""
+    import pytest
+
+    reason = spec.unavailable()
+    if reason:
+        pytest.skip(f"{spec.name} backend unavailable: {reason}")
+    box = spec.make(config)
+    await box.start()
+    try:
+        yield box
+    finally:
+        await box.close()
+
+
+def sandbox_fixture(config: SandboxConfig):
+    """A module-scoped ``sandbox`` fixture: one started sandbox per backend of this list.
+
+    ``sandbox = sandbox_fixture(CONFIG)`` in a test module runs each of its tests on
+    every backend that can run here (the others are skipped, with the reason).
+    """
+    import pytest
+    import pytest_asyncio
+
+    @pytest_asyncio.fixture(
+        scope="module", loop_scope="module", params=sandbox_backends, ids=lambda spec: spec.name
+    )
+    async def sandbox(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
+        async with started(request.param, config) as box:
+            yield box
+
+    return sandbox

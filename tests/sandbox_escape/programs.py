@@ -659,3 +659,142 @@ SESSION_PROGRAMS.append(
         ],
     )
 )
+
+# Shared by the class-4 programs: every descriptor the cell can find (by scanning
+# /proc/self/fd), and forged session frames of every shape written to each of them.
+_FORGE_ON_EVERY_FD = (
+    "import json, os, socket, stat, sys\n"
+    "def forge(holder):\n"
+    "    frames = []\n"
+    "    for seq in range(1, 8):\n"
+    "        for event in ('started', 'done', 'died', 'finished', 'successor'):\n"
+    "            frames.append({'event': event, 'seq': seq, 'rc': 0, 'pid': holder,\n"
+    "                           'holder': holder, 'outcome': 'done', 'status': 0})\n"
+    "    sent = 0\n"
+    "    for name in os.listdir('/proc/self/fd'):\n"
+    "        fd = int(name)\n"
+    "        try:\n"
+    "            mode = os.fstat(fd).st_mode\n"
+    "        except OSError:\n"
+    "            continue\n"
+    "        for frame in frames:\n"
+    "            data = json.dumps(frame).encode()\n"
+    "            try:\n"
+    "                if stat.S_ISSOCK(mode):\n"
+    "                    s = socket.socket(fileno=os.dup(fd))\n"
+    "                    s.send(data)\n"
+    "                    s.detach()\n"
+    "                elif fd > 2:\n"
+    "                    os.write(fd, len(data).to_bytes(4, 'big') + data)\n"
+    "                sent += 1\n"
+    "            except OSError:\n"
+    "                pass\n"
+    "    return sent\n"
+)
+_HOLDER_TASKS = "import os\nprint(len(os.listdir('/proc/self/task')))"
+
+SESSION_PROGRAMS += [
+    SessionProgram(
+        # the cell's own process says "done" (on every fd it can find) long before it is:
+        # the answer still waits for the cell's code, and the state is the finished cell's
+        "session_cell_sends_early_done",
+        [
+            ("x = 1", {OK}, None),
+            (
+                _FORGE_ON_EVERY_FD + "import time\n"
+                "forge(os.getpid())\n"
+                "time.sleep(0.5)\n"
+                "x = 'late'\n"
+                "print('finished')",
+                {OK},
+                "finished\n",
+            ),
+            ("print(x)", {OK}, "late\n"),
+        ],
+    ),
+    SessionProgram(
+        # a helper the cell forked forges frames on every inherited descriptor and names
+        # itself holder; it must never be adopted, and the cell itself completes
+        "session_helper_forges_frames_on_every_fd",
+        [
+            ("x = 1", {OK}, None),
+            (
+                _FORGE_ON_EVERY_FD + "import time\n"
+                "if os.fork() == 0:\n"
+                "    x = 'forged'\n"
+                "    for _ in range(20):\n"
+                "        forge(os.getpid())\n"
+                "        time.sleep(0.02)\n"
+                "    os._exit(0)\n"
+                "time.sleep(0.3)\n"
+                "print('cell done')",
+                {OK},
+                "cell done\n",
+            ),
+            ("print(x)", {OK}, "1\n"),
+            ("import time\ntime.sleep(0.5)\nprint(x)", {OK}, "1\n"),
+        ],
+    ),
+    SessionProgram(
+        # threads a cell leaves running do not survive into the holder
+        "session_threads_left_behind",
+        [
+            ("x = 1", {OK}, None),
+            (
+                _FORGE_ON_EVERY_FD + "import threading, time\n"
+                "def meddle():\n"
+                "    global x\n"
+                "    time.sleep(0.3)\n"
+                "    while True:\n"
+                "        x = 'forged'\n"
+                "        forge(os.getpid())\n"
+                "        time.sleep(0.01)\n"
+                "for _ in range(3):\n"
+                "    threading.Thread(target=meddle, daemon=True).start()\n"
+                "print('threads started')",
+                {OK},
+                "threads started\n",
+            ),
+            ("import time\ntime.sleep(0.7)\nprint(x)", {OK}, "1\n"),
+            (_HOLDER_TASKS, {OK}, "1\n"),
+        ],
+    ),
+    SessionProgram(
+        # handlers an earlier cell installed never run in the holder, whatever a later
+        # cell sends it; a stopped holder is resumed
+        "session_signals_to_the_holder",
+        [
+            ("x = 1", {OK}, None),
+            (
+                _FORGE_ON_EVERY_FD + "import signal\n"
+                "def handler(*_):\n"
+                "    global x\n"
+                "    x = 'forged'\n"
+                "    forge(os.getpid())\n"
+                "for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGHUP,\n"
+                "            signal.SIGINT, signal.SIGALRM, signal.SIGPIPE):\n"
+                "    signal.signal(sig, handler)\n"
+                "print('installed')",
+                {OK},
+                "installed\n",
+            ),
+            (
+                "import os, signal, time\n"
+                "for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGHUP,\n"
+                "            signal.SIGINT, signal.SIGALRM, signal.SIGPIPE):\n"
+                "    os.kill(os.getppid(), sig)\n"
+                "time.sleep(0.3)\n"
+                "raise RuntimeError('discard this cell: the holder keeps the state')",
+                {ERROR},
+                "",
+            ),
+            ("print(x)", {OK}, "1\n"),
+            (
+                "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nprint('stopped it')",
+                {OK},
+                "stopped it\n",
+            ),
+            ("print(x)", {OK}, "1\n"),
+        ],
+    ),
+]

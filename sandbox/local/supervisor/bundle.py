@@ -30,6 +30,7 @@ MODULES = (
     "leftovers",
     "files",
     "probe",
+    "chain",
     "sessions",
     "server",
 )

@@ -1,7 +1,9 @@
 """Killing and reaping whatever an execution left running.
 
 The supervisor is pid 1 of its pid namespace (or the only process of a dedicated uid), so
-"no child left to wait for" means "nothing the code started is still alive".
+"no child left to wait for" means "nothing the code started is still alive". A run that
+goes on for long is also made to yield the CPU here (``yield_cpu``), so that a hostile
+busy loop on one worker does not slow the short runs of the others.
 """
 
 from __future__ import annotations
@@ -105,3 +107,19 @@ class Sweeper:
                 return False
             rounds += 1
             time.sleep(min(0.0002 * rounds, 0.01))
+
+
+LONG_RUN_SECONDS = 0.25
+"""A run still going after this long yields the CPU to short ones (``yield_cpu``)."""
+LONG_RUN_NICE = 10
+
+
+def yield_cpu(pid: int) -> None:
+    """Lower the priority of a long run (its whole process group: the child called
+    ``setsid``, its forks inherit the group): on a loaded machine a busy loop or a fork
+    bomb then takes CPU only when short runs leave it, and on an idle one nothing changes.
+    Lowering one's own uid's priority needs no privilege; a process that left the group
+    (its own ``setsid``) keeps the priority it had, which is this one's when forked late."""
+    for which in (os.PRIO_PGRP, os.PRIO_PROCESS):
+        with contextlib.suppress(OSError):
+            os.setpriority(which, pid, LONG_RUN_NICE)

@@ -48,7 +48,7 @@ from .frames import dup_high, read_frame, write_frame
 from .leftovers import POSIX_MQUEUE_DIR, remove_ipc_objects
 from .outcome import Capture, classify, reported_exit, result_dict, return_code
 from .probe import probe_report
-from .processes import Sweeper
+from .processes import LONG_RUN_SECONDS, Sweeper, yield_cpu
 from .restrictions import (
     IDLE_NAME,
     PR_SET_CHILD_SUBREAPER,
@@ -257,16 +257,22 @@ class Supervisor:
         both outputs and named itself ``exit:<code>`` counts as done before its teardown.
         """
         pidfd = os.pidfd_open(pid)
+        yield_at = time.monotonic() + LONG_RUN_SECONDS
         try:
             poller = select.poll()
             poller.register(pidfd, select.POLLIN)
             for fd in capture.open:
                 poller.register(fd, select.POLLIN)
             while True:
-                remaining = deadline - time.monotonic()
+                now = time.monotonic()
+                remaining = deadline - now
                 if remaining <= 0:
                     return False, True, None
-                for fd, _ in poller.poll(max(1, int(remaining * 1000))):
+                if yield_at and now >= yield_at:
+                    yield_cpu(pid)
+                    yield_at = 0.0
+                wait = min(remaining, yield_at - now) if yield_at else remaining
+                for fd, _ in poller.poll(max(1, int(wait * 1000))):
                     if fd == pidfd:
                         return True, False, None
                     capture.read(fd)

@@ -8,33 +8,32 @@ killed and the old holder's variables are untouched. Nothing is pickled, so gene
 open files and lambdas survive too. If the holder itself is lost (a cell killed it and
 then died), the supervisor starts a fresh one and says ``state_lost``: the host replays
 earlier cells.
+
+The holder's and the cell's side of the chain are in ``chain`` (issue #11, class 4: no
+protocol descriptor reachable from a cell's code); this module is the supervisor's side,
+which believes a message only from the current holder's pid (``SCM_CREDENTIALS``) and
+adopts the holder it names only once the cell's output pipes reached end-of-file.
 """
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import json
 import os
-import resource
 import select
 import signal
 import socket
-import struct
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import usercode
+from .chain import holder_loop, receive_with_sender
 from .outcome import Capture, classify, result_dict, return_code
 from .restrictions import cpu_limits, restrict_process
-from .usercode import (
-    INTERNAL_ERROR_EXIT,
-    flush_std_streams,
-    install_std_streams,
-    reset_signals,
-    run_user_code,
-    text_fd,
-)
+from .usercode import INTERNAL_ERROR_EXIT, reset_signals, text_fd
+
+STOPPED_CHECK_SECONDS = 0.1
+"""How often an idle wait looks whether the holder was stopped by its cell."""
 
 if TYPE_CHECKING:
     from .server import Supervisor
@@ -105,36 +104,32 @@ class Holder:
             os.close(self.pidfd)
             self.pidfd = -1
 
-    def _recv(self) -> tuple[dict | None, int]:
-        """One message from the chain, with the sender's pid as the kernel vouches for it."""
+    def _recv(self) -> dict | None:
+        """One message from the current holder; anything another process sent is dropped."""
         assert self.sock is not None
-        try:
-            data, ancdata, _flags, _addr = self.sock.recvmsg(
-                65536, socket.CMSG_SPACE(12), socket.MSG_DONTWAIT
-            )
-        except (BlockingIOError, InterruptedError):
-            return None, 0
-        sender = 0
-        for level, kind, payload in ancdata:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= 12:
-                sender = struct.unpack("=iII", payload[:12])[0]
-        if not data:
-            return {"event": "eof"}, sender
-        try:
-            msg = json.loads(data)
-        except ValueError:
-            return None, sender
-        return (msg if isinstance(msg, dict) else None), sender
+        msg, sender = receive_with_sender(self.sock)
+        if msg.get("event") == "eof":
+            return msg
+        return msg if msg and sender == self.pid else None
 
     def _flush_stale(self) -> None:
         while True:
-            msg, _ = self._recv()
-            if msg is None or msg.get("event") == "eof":
+            msg, sender = receive_with_sender(self.sock)
+            if (not msg and not sender) or msg.get("event") == "eof":
                 return
 
     def _restart(self) -> None:
         self.close()
         self._start()
+
+    def _lost(self) -> dict:
+        self._restart()
+        return {
+            "status": "sandbox_error",
+            "message": "the session's state holder was gone; a fresh one was started",
+            "state_lost": True,
+            "not_run": True,
+        }
 
     def run_cell(self, req: dict) -> dict:
         limits = self.limits
@@ -143,15 +138,10 @@ class Holder:
             cpu_limits({**limits, "timeout": timeout, "cpu_seconds": req.get("cpu_seconds")})[0],
             self.cpu_hard - 1,
         )
-        state_lost = False
         if not self.alive():
-            self._restart()
-            return {
-                "status": "sandbox_error",
-                "message": "the session's state holder was gone; a fresh one was started",
-                "state_lost": True,
-                "not_run": True,
-            }
+            return self._lost()
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGCONT)  # an earlier cell may have stopped its holder
         self._flush_stale()
         self.seq += 1
         seq = self.seq
@@ -173,26 +163,21 @@ class Holder:
                 self.sock, [json.dumps(message).encode()], [in_fd, out_w, err_w, code_fd]
             )
         except OSError:
+            capture.close()
+            return self._lost()
+        finally:
             for fd in (in_fd, out_w, err_w, code_fd):
                 os.close(fd)
-            capture.close()
-            self._restart()
-            return {
-                "status": "sandbox_error",
-                "message": "the session's state holder was gone; a fresh one was started",
-                "state_lost": True,
-                "not_run": True,
-            }
-        for fd in (in_fd, out_w, err_w, code_fd):
-            os.close(fd)
+        wait = self._wait_for_cell(seq, capture, start + timeout)
+        duration = time.monotonic() - start
+        return self._settle(wait, capture, timeout, cpu_soft, duration)
 
-        deadline = start + timeout
-        cell_pid, cell_pidfd = 0, -1
-        adopted_pid, rc_reported, status = 0, None, None
-        cpu_used = 0.0
-        timed_out = cell_exited = False
-        early_done: dict[int, int] = {}
-        """"done" from senders not yet known to be the cell (the holder says which is)."""
+    def _wait_for_cell(self, seq: int, capture: Capture, deadline: float) -> CellWait:
+        """Pump the cell's output until the holder reports it finished (and, for a cell
+        that is to be adopted, until its output reached end-of-file), or time runs out."""
+        assert self.sock is not None
+        wait = CellWait()
+        candidate_fd = -1
         poller = select.poll()
         poller.register(self.sock.fileno(), select.POLLIN)
         if self.pidfd >= 0:
@@ -200,95 +185,109 @@ class Holder:
         for fd in capture.open:
             poller.register(fd, select.POLLIN)
         try:
-            while not (adopted_pid or cell_exited or capture.over):
+            while not capture.over:
+                if wait.candidate and not capture.open:
+                    wait.adopted = wait.candidate  # no writer of the cell is left
+                    return wait
+                if wait.finished and not wait.candidate:
+                    return wait
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    timed_out = True
-                    break
-                for fd, _ in poller.poll(max(1, int(remaining * 1000))):
+                    wait.timed_out = True
+                    return wait
+                events = poller.poll(max(1, int(min(remaining, STOPPED_CHECK_SECONDS) * 1000)))
+                if not events and not wait.handed_over:
+                    continue_if_stopped(self.pid)
+                for fd, _ in events:
                     if fd == self.sock.fileno():
-                        msg, sender = self._recv()
-                        if msg is None or msg.get("seq") != seq:
-                            if msg is not None and msg.get("event") == "eof":
-                                poller.unregister(fd)  # every end of the chain is closed: all dead
-                                cell_exited = True
+                        msg = self._recv()
+                        if msg is None:
                             continue
-                        event = msg.get("event")
-                        if event == "started" and sender == self.pid and cell_pidfd < 0:
-                            pid = msg.get("pid")
-                            if isinstance(pid, int) and pid > 1:
-                                cell_pid = pid
-                                if pid in early_done:  # its "done" overtook "started"
-                                    adopted_pid, rc_reported = pid, early_done[pid]
+                        if msg.get("event") == "eof":
+                            poller.unregister(fd)
+                            wait.holder_gone = True
+                            return wait
+                        if msg.get("event") != "finished" or msg.get("seq") != seq:
+                            continue
+                        wait.finished = True
+                        if msg.get("outcome") == "done":
+                            wait.handed_over = True
+                            candidate = msg.get("holder")
+                            rc = msg.get("rc")
+                            wait.rc = rc if isinstance(rc, int) else 1
+                            if isinstance(candidate, int) and candidate > 1:
                                 try:
-                                    cell_pidfd = os.pidfd_open(pid)
-                                    poller.register(cell_pidfd, select.POLLIN)
+                                    candidate_fd = os.pidfd_open(candidate)
+                                    poller.register(candidate_fd, select.POLLIN)
+                                    wait.candidate = candidate
                                 except OSError:
-                                    cell_exited = True
-                        elif event == "done" and sender not in (0, 1, os.getpid(), self.pid):
-                            rc = msg.get("rc") if isinstance(msg.get("rc"), int) else 1
-                            if not cell_pid:
-                                early_done[sender] = rc
-                            elif is_the_cell(sender, cell_pid):
-                                adopted_pid, rc_reported = sender, rc
-                        elif event == "died" and sender == self.pid:
-                            status, cpu_used = _died_report(msg)
-                            cell_exited = True
+                                    continue
+                                # Helpers the cell forked may hold its output open: they
+                                # die now, so only the cell itself can delay end-of-file.
+                                self.sup.sweeper.kill_except({candidate, self.pid})
+                        else:
+                            wait.status, wait.cpu = _died_report(msg)
                     elif fd == self.pidfd:
                         poller.unregister(fd)
-                        if not cell_pid:
-                            cell_exited = True  # it died before forking the cell
-                    elif fd == cell_pidfd:
-                        cell_exited = True
+                        if not wait.handed_over:
+                            wait.holder_gone = True
+                            return wait
+                    elif fd == candidate_fd:
+                        wait.candidate = 0  # the would-be holder died before its output ended
+                        return wait
                     else:
                         capture.read(fd)
                         if fd not in capture.open:
                             poller.unregister(fd)
+            return wait
         finally:
-            if cell_pidfd >= 0:
-                os.close(cell_pidfd)
-        duration = time.monotonic() - start
+            if candidate_fd >= 0:
+                os.close(candidate_fd)
 
+    def _settle(
+        self, wait: CellWait, capture: Capture, timeout: float, cpu_soft: int, duration: float
+    ) -> dict:
+        """Adopt the new holder (or keep the old one), kill everything else, answer."""
         sweeper = self.sup.sweeper
         spare = set()
-        if adopted_pid:
+        if wait.adopted:
             previous = self.pid
-            self._track(adopted_pid)
+            self._track(wait.adopted)
             with contextlib.suppress(OSError):
                 os.kill(previous, signal.SIGKILL)
             # Killed now (it cannot run anything any more); its teardown and reaping happen
             # after the answer is sent, off the cell's latency.
             self.sup.pending_reap.append(previous)
             spare.add(previous)
+        # The old holder serves no more cells once it handed its socket over.
+        keep_holder = self.alive() and (wait.adopted or not wait.handed_over)
         sweeper.reaped.clear()
-        clean = sweeper.kill_except(({self.pid} if self.alive() else set()) | spare)
-        if status is None and cell_pid in sweeper.reaped:  # an orphaned cell, re-parented to us
-            status = sweeper.reaped[cell_pid]
-        if not adopted_pid and status is None and self.alive():
-            status, cpu_used = self._await_died(seq)
+        clean = sweeper.kill_except(({self.pid} if keep_holder else set()) | spare)
+        if not wait.finished and keep_holder:
+            wait.status, wait.cpu = self._await_finished()
         capture.drain(time.monotonic() + 1.0)
         capture.close()
 
-        status_word = (
-            ((rc_reported if rc_reported is not None else 1) & 0xFF) << 8 if adopted_pid else status
-        )
+        adopted = bool(wait.adopted)
+        status_word = ((wait.rc & 0xFF) << 8) if adopted else wait.status
         kind, text = classify(
             status=status_word,
             capture=capture,
-            timed_out=timed_out,
+            timed_out=wait.timed_out,
             timeout=timeout,
             cpu_seconds=float(cpu_soft),
-            cpu_used=cpu_used,
+            cpu_used=wait.cpu,
         )
-        if not adopted_pid and kind == "ok":
+        if not adopted and kind == "ok":
             text = (
                 "the cell's process exited before the end of the cell; its variables were discarded"
             )
-        if not clean or (not adopted_pid and not self.alive()):
+        state_lost = False
+        if not clean or not keep_holder:
             self._restart()
             state_lost = True
         notes = [text] if text else []
-        if not adopted_pid and kind != "ok" and not state_lost:
+        if not adopted and kind != "ok" and not state_lost:
             notes.append("variables from earlier cells are kept")
         if state_lost:
             notes.append("the session's state holder was lost and has been restarted empty")
@@ -298,11 +297,11 @@ class Holder:
             capture,
             return_code(status_word),
             duration,
-            adopted=bool(adopted_pid),
+            adopted=adopted,
             state_lost=state_lost,
         )
 
-    def _await_died(self, seq: int) -> tuple[int | None, float]:
+    def _await_finished(self) -> tuple[int | None, float]:
         """After killing a cell, the holder reports its exit; wait briefly for that."""
         assert self.sock is not None
         deadline = time.monotonic() + 2.0
@@ -310,14 +309,46 @@ class Holder:
             ready, _, _ = select.select([self.sock], [], [], max(0.0, deadline - time.monotonic()))
             if not ready:
                 break
-            msg, sender = self._recv()
+            msg = self._recv()
             if msg is None:
                 continue
             if msg.get("event") == "eof":
                 break
-            if msg.get("event") == "died" and msg.get("seq") == seq and sender == self.pid:
+            if msg.get("event") == "finished" and msg.get("outcome") == "died":
                 return _died_report(msg)
         return None, 0.0
+
+
+@dataclass
+class CellWait:
+    """What the supervisor learnt while a cell ran (see ``Holder._wait_for_cell``)."""
+
+    finished: bool = False
+    """The holder reported the cell's end."""
+    handed_over: bool = False
+    """The holder gave its socket to the cell (it serves no more cells itself)."""
+    candidate: int = 0
+    """The pid the holder named as the new holder."""
+    adopted: int = 0
+    """The candidate, once the cell's output reached end-of-file."""
+    rc: int = 1
+    status: int | None = None
+    cpu: float = 0.0
+    timed_out: bool = False
+    holder_gone: bool = False
+
+
+def continue_if_stopped(pid: int) -> None:
+    """A cell may stop its holder (``SIGSTOP`` cannot be ignored): resume it, so that it
+    reports the cell's end instead of leaving the cell to run into its timeout."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return
+    if state in (b"T", b"t"):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGCONT)
 
 
 def _died_report(msg: dict) -> tuple[int | None, float]:
@@ -325,99 +356,3 @@ def _died_report(msg: dict) -> tuple[int | None, float]:
     return (status if isinstance(status, int) else None), (
         float(cpu) if isinstance(cpu, (int, float)) else 0.0
     )
-
-
-def holder_loop(sock: socket.socket) -> None:
-    """Runs in a session's state-holding process; a successful cell's child continues it."""
-    namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
-    send = sock.send  # bound before any user code runs
-    while True:
-        try:
-            data, fds, _flags, _addr = socket.recv_fds(sock, 65536, 4)
-        except InterruptedError:
-            continue
-        if not data:
-            os._exit(0)  # the supervisor is gone
-        try:
-            msg = json.loads(data)
-        except ValueError:
-            msg = {}
-        if msg.get("op") != "cell" or len(fds) != 4:
-            for fd in fds:
-                os.close(fd)
-            continue
-        seq = msg.get("seq")
-        code_fd = fds.pop()
-        with os.fdopen(code_fd, "rb") as f:
-            code = f.read().decode("utf-8", errors="replace")
-        pid = os.fork()
-        if pid == 0:
-            rc = INTERNAL_ERROR_EXIT
-            try:
-                os.setsid()
-                for target, fd in zip((0, 1, 2), fds, strict=False):
-                    os.dup2(fd, target)
-                    os.close(fd)
-                _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-                soft = int(msg.get("cpu", 10))
-                if hard != resource.RLIM_INFINITY:
-                    soft = min(soft, hard)
-                resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-                install_std_streams()
-                me = os.getpid()
-                rc = run_user_code(
-                    code,
-                    namespace,
-                    str(msg.get("filename", "<cell>")),
-                    bool(msg.get("show_last", True)),
-                )
-                if os.getpid() != me:
-                    os._exit(rc)
-                if usercode.LAST_UNCAUGHT is not None and issubclass(
-                    usercode.LAST_UNCAUGHT, MemoryError
-                ):
-                    # A cell that ran out of memory is discarded like a killed one: the
-                    # earlier state is kept (and this process is near its address-space cap).
-                    flush_std_streams()
-                    os._exit(rc)
-                flush_std_streams()
-                # This process now holds the newest state: detach from the cell's pipes.
-                null = os.open(os.devnull, os.O_RDWR)
-                for target in (0, 1, 2):
-                    os.dup2(null, target)
-                os.close(null)
-                send(json.dumps({"event": "done", "seq": seq, "rc": rc}).encode())
-            except BaseException:
-                os._exit(rc)
-            continue
-        for fd in fds:
-            os.close(fd)
-        try:
-            send(json.dumps({"event": "started", "seq": seq, "pid": pid}).encode())
-        except OSError:
-            os._exit(0)
-        status, cpu = None, 0.0
-        while True:
-            try:
-                _, status, usage = os.wait4(pid, 0)
-                cpu = usage.ru_utime + usage.ru_stime
-                break
-            except InterruptedError:
-                continue
-            except ChildProcessError:
-                break
-        try:
-            send(json.dumps({"event": "died", "seq": seq, "status": status, "cpu": cpu}).encode())
-        except OSError:
-            os._exit(0)
-
-
-def is_the_cell(sender: int, cell_pid: int) -> bool:
-    """Issue class 4: only the process the holder forked for this cell may become holder.
-
-    The holder (trusted: it runs no code of this cell) announces the cell's pid; the
-    kernel vouches for every sender's pid (``SCM_CREDENTIALS``). A helper the cell forked,
-    a stale process of an earlier cell or anything else that got hold of the socket and
-    says "done" is ignored, so it can never be adopted as the state holder.
-    """
-    return sender == cell_pid

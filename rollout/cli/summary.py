@@ -1,0 +1,68 @@
+"""The end-of-run summary of ``agentenvs rollout`` (and the demo): what a researcher
+looks at first. Besides counts and the reward mean, it shows the spread of rewards,
+the share of groups with one reward for every trajectory (zero advantage: no
+learning signal), and how fast the run went (elapsed, episodes/s, tokens/s)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+
+def throughput(records: list, elapsed: float) -> dict[str, float]:
+    """Wall time of the collection and what it produced per second."""
+    episodes = sum(len(r.group.trajectories) for r in records if r.group is not None)
+    tokens = sum(
+        len(t.ac.tokens)
+        for r in records
+        if r.group is not None
+        for traj in r.group.trajectories
+        for t in traj.transitions
+    )
+    rate = 1.0 / elapsed if elapsed > 0 else 0.0
+    return {
+        "elapsed_s": round(elapsed, 3),
+        "episodes_per_s": round(episodes * rate, 3),
+        "tokens_per_s": round(tokens * rate, 1),
+    }
+
+
+_SUMMARY_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("groups", "groups", "{}"),
+    ("ok", "ok", "{}"),
+    ("failed", "failed", "{}"),
+    ("skipped", "skipped (already stored)", "{}"),
+    ("trajectories", "trajectories", "{}"),
+    ("elapsed_s", "elapsed", "{:.1f} s"),
+    ("episodes_per_s", "episodes/s", "{:.2f}"),
+    ("tokens_per_s", "sampled tokens/s", "{:.0f}"),
+    ("mean_turns", "mean turns", "{:.2f}"),
+    ("tokens_sampled", "tokens sampled", "{}"),
+    ("retried_groups", "retried groups", "{}"),
+)
+
+
+def summary_table(summary: dict[str, Any], title: str = "rollout summary") -> Table:
+    table = Table(title=title, show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("")
+    for key, label, form in _SUMMARY_ROWS:
+        if key in summary:
+            table.add_row(label, form.format(summary[key]))
+        if key == "trajectories" and "mean_reward" in summary:
+            spread = summary.get("reward_std")
+            table.add_row(
+                "reward mean ± std",
+                f"{summary['mean_reward']:.4f}" + ("" if spread is None else f" ± {spread:.4f}"),
+            )
+            if "zero_advantage_share" in summary:
+                table.add_row(
+                    "zero-advantage groups",
+                    f"{summary['zero_advantage_share']:.0%} (constant reward: no learning signal)",
+                )
+    stops = summary.get("stop_reasons") or {}
+    table.add_row("stop reasons", ", ".join(f"{k}: {v}" for k, v in stops.items()) or "-")
+    if "out" in summary:
+        table.add_row("written to", str(summary["out"]))
+    return table

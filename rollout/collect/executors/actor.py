@@ -1,0 +1,108 @@
+"""The episode host: a Ray async actor that runs many groups' episodes at once.
+
+One actor per node (by default) keeps the heavy state of the environments where
+they run: ALFWorld engine pools, sandbox pools and retriever clients are
+process-wide caches, so they are built once in the actor and shared by every
+group it runs. Each group runs the collector's own attempt loop (retries with
+fresh envs, timeouts) here; only the finished group travels back, packed.
+
+A run's builders and policy reach the actor as one object-store entry each,
+deserialized once per actor and run (:meth:`EpisodeHost._session`), not once per
+group: a builder holds its tokenizer, about 50 kB pickled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from agentenvs.rollout.collect.executors.bridge import BridgedPolicy
+from agentenvs.rollout.collect.executors.spec import PolicySpec
+from agentenvs.rollout.collect.executors.wire import pack_group
+
+_KEPT_SESSIONS = 16
+"""Decoded runs (builders, policies) an actor keeps: a streaming collection opens many."""
+
+
+@dataclass(frozen=True)
+class ShippedPolicy:
+    """How the driver hands its policy to actors (see :func:`policy_payload`)."""
+
+    kind: str
+    """``spec`` (build from a :class:`PolicySpec`), ``copy`` (a picklable per-env
+    factory such as the scripted policy) or ``bridge`` (call back to the driver)."""
+    value: Any
+
+
+def policy_payload(policy: Any, spec: PolicySpec | None, mailbox: Any) -> ShippedPolicy:
+    if spec is not None:
+        return ShippedPolicy("spec", spec)
+    if getattr(policy, "per_env", False):
+        return ShippedPolicy("copy", policy)  # it needs the env, so it goes where the env is
+    return ShippedPolicy("bridge", mailbox)
+
+
+class EpisodeHost:
+    def __init__(self) -> None:
+        self._sessions: OrderedDict[str, asyncio.Task] = OrderedDict()
+
+    async def where(self) -> dict[str, Any]:
+        """Answered once the actor is up: proof that it was placed, and where."""
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+
+    async def run_group(
+        self, refs: list[Any], index: int, key: str, retries: int, group_timeout: float | None
+    ) -> dict[str, Any]:
+        from agentenvs.rollout.collect.collector import _run_group, policy_provenance
+
+        builders, policy, described = await self._session(refs)
+        record = await _run_group(builders[index], policy, key, retries, group_timeout)
+        return {
+            "group": None if record.group is None else pack_group(record.group),
+            "status": record.status,
+            "error": record.error,
+            "attempts": record.attempts,
+            "policy": policy_provenance(policy) if described else None,
+            **(await self.where()),
+        }
+
+    async def _session(self, refs: list[Any]) -> tuple[list[Any], Any, bool]:
+        """The run's builders and the policy, each decoded once per actor."""
+        builders_ref, policy_ref = refs
+        builders = await self._decoded(builders_ref, _as_is)
+        policy, described = await self._decoded(policy_ref, _usable_policy)
+        return builders, policy, described
+
+    async def _decoded(self, ref: Any, decode: Any) -> Any:
+        """``decode(await ref)``, shared by concurrent groups and kept for later runs."""
+        name = ref.hex()
+        task = self._sessions.get(name)
+        if task is None:
+
+            async def fetch() -> Any:
+                return decode(await ref)
+
+            task = asyncio.get_running_loop().create_task(fetch())
+            self._sessions[name] = task
+            while len(self._sessions) > _KEPT_SESSIONS:
+                self._sessions.popitem(last=False)
+        self._sessions.move_to_end(name)
+        return await task
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _usable_policy(shipped: ShippedPolicy) -> tuple[Any, bool]:
+    """The policy episodes call, and whether its provenance must be reported back."""
+    if shipped.kind == "spec":
+        return shipped.value.build(), True
+    if shipped.kind == "copy":
+        return shipped.value, False
+    return BridgedPolicy(shipped.value), False

@@ -1,0 +1,49 @@
+"""``--executor in-process|ray``: the executor a command line asks for.
+
+Kept here, not in the CLI, so that every command offering the choice (``rollout``,
+streaming collection) builds the same executor from the same words.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentenvs.rollout.collect.executors.base import GroupExecutor
+from agentenvs.rollout.collect.executors.in_process import InProcessExecutor
+from agentenvs.rollout.collect.executors.spec import PolicySpec
+
+EXECUTORS = ("in-process", "ray")
+
+NETWORK_POLICIES = frozenset({"openai"})
+"""Policies that are clients of a server: each Ray actor builds its own."""
+
+
+def make_executor(
+    kind: str,
+    *,
+    ray_address: str | None = None,
+    policy_name: str | None = None,
+    policy_options: dict[str, Any] | None = None,
+) -> GroupExecutor:
+    """The executor for ``kind``; a ``ValueError`` names the choices for anything else.
+
+    For Ray, no address starts a local Ray for the run (stopped by ``close``);
+    ``auto`` or ``HOST:PORT`` joins a running cluster."""
+    if kind == "in-process":
+        if ray_address is not None:
+            raise ValueError("--ray-address needs --executor ray")
+        return InProcessExecutor()
+    if kind != "ray":
+        raise ValueError(f"unknown executor {kind!r}; choose one of {', '.join(EXECUTORS)}")
+    from agentenvs.rollout.collect.executors.ray_executor import RayExecutor
+
+    spec = None
+    if policy_name in NETWORK_POLICIES:
+        spec = PolicySpec(policy_name, dict(policy_options or {}))
+    return RayExecutor(address=ray_address, policy_spec=spec)
+
+
+async def close_executor(executor: GroupExecutor) -> None:
+    close = getattr(executor, "close", None)
+    if callable(close):
+        await close()

@@ -1,0 +1,290 @@
+"""The Ray executor: groups run in async Ray actors on a cluster, the driver keeps the store.
+
+The collector is unchanged: it still decides which groups run, bounds how many
+are in flight, and appends each finished group's record to the store as it
+arrives, so a killed driver resumes from the store exactly as in process. What
+moves is where episodes run: :class:`~agentenvs.rollout.collect.executors.actor.EpisodeHost`
+actors, each running many groups concurrently on its own event loop.
+
+Policies (see :func:`~agentenvs.rollout.collect.executors.actor.policy_payload`):
+
+* with ``policy_spec`` (a network client such as the OpenAI-compatible policy),
+  each actor builds its own client and samples directly; the driver's copy is
+  used only to describe the run;
+* a per-env factory (scripted, replay) is copied to the actors, next to its envs;
+* any other policy (a model in the driver) stays in the driver, and actors call
+  back to it through a mailbox (:mod:`.bridge`).
+
+Placement, the documented default: one actor per live node that can host one
+(``num_actors``), each reserving no CPU (``num_cpus=0``: an episode host mostly
+waits on its policy and on the env's own worker processes, and a reservation
+would keep a second placement, ALFWorld's say, off a busy node) and, when some
+node offers a custom resource named after the environment (``{"alfworld": N}``),
+one unit of it, so ALFWorld episodes run only where ALFWorld is set up; a node
+offering ``{"alfworld": N}`` hosts up to N such actors. ``resources=``
+replaces the custom part; ``{}`` asks for none.
+
+Faults: an actor or node that dies mid-group costs the group one *lost attempt*
+(recorded in ``extra["lost_attempts"]`` and counted in ``attempts``); the group
+runs again on a live actor, which decodes fresh builders, so fresh envs. After
+``lost_retries`` losses the group is recorded failed. A group that cannot get an
+actor placed within ``placement_timeout`` seconds is recorded failed with a
+:class:`~agentenvs.rollout.collect.executors.actor_pool.PlacementError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentenvs.envs.types import EnvGroupBuilder
+from agentenvs.rollout.collect.executors.actor import EpisodeHost, policy_payload
+from agentenvs.rollout.collect.executors.actor_pool import (
+    ActorPool,
+    Placement,
+    PlacementError,
+    live_nodes,
+)
+from agentenvs.rollout.collect.executors.base import GroupExecutor, GroupRunner
+from agentenvs.rollout.collect.executors.bridge import DriverPump
+from agentenvs.rollout.collect.executors.spec import PolicySpec
+from agentenvs.rollout.collect.executors.wire import unpack_group
+from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.policies.base import Policy, PolicyFactory
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("the Ray executor needs Ray: pip install 'agentenvs[ray]'") from None
+    return ray
+
+
+@dataclass
+class _Described:
+    """The provenance an actor's own policy copy reported (see ``described_policy``)."""
+
+    provenance: dict[str, Any]
+
+
+class RayExecutor(GroupExecutor):
+    """Run groups in Ray actors. Use as ``async with RayExecutor(...) as executor``.
+
+    ``address``: None connects to the Ray already initialized in this process,
+    else starts a local Ray for the executor's lifetime (stopped by
+    :meth:`close`); ``"auto"`` or ``"HOST:PORT"`` joins an existing cluster.
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        *,
+        address: str | None = None,
+        num_actors: int | None = None,
+        num_cpus: float = 0.0,
+        resources: dict[str, float] | None = None,
+        policy_spec: PolicySpec | None = None,
+        placement_timeout: float = 60.0,
+        lost_retries: int = 2,
+        init_options: dict[str, Any] | None = None,
+    ) -> None:
+        if num_actors is not None and num_actors < 1:
+            raise ValueError(f"num_actors must be at least 1, got {num_actors}")
+        if placement_timeout <= 0:
+            raise ValueError(f"placement_timeout must be positive, got {placement_timeout}")
+        if lost_retries < 0:
+            raise ValueError(f"lost_retries must be 0 or more, got {lost_retries}")
+        self.address = address
+        self.num_actors = num_actors
+        self.num_cpus = num_cpus
+        self.resources = resources
+        self.policy_spec = policy_spec
+        self.placement_timeout = placement_timeout
+        self.lost_retries = lost_retries
+        self.init_options = dict(init_options or {})
+        self.placements: dict[str, str] = {}
+        """Group key -> id of the Ray node its (last) attempt ran on."""
+        self._owns_ray = False
+        self._pools: dict[str, ActorPool] = {}
+        self._policies: dict[int, tuple[Any, Any]] = {}  # id(policy) -> (policy, ref)
+        self._pumps: dict[int, DriverPump] = {}
+
+    # ---- life cycle ------------------------------------------------------------------
+    def connect(self) -> None:
+        """Join (or start) Ray; idempotent."""
+        ray = _ray()
+        if ray.is_initialized():
+            return
+        options = {"include_dashboard": False, "log_to_driver": False, **self.init_options}
+        ray.init(address=self.address, **options)
+        self._owns_ray = True
+
+    async def close(self) -> None:
+        for pump in self._pumps.values():
+            await pump.close()
+        for pool in self._pools.values():
+            await pool.close()
+        self._pumps.clear()
+        self._pools.clear()
+        self._policies.clear()
+        if self._owns_ray:
+            _ray().shutdown()
+            self._owns_ray = False
+
+    async def __aenter__(self) -> RayExecutor:
+        self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---- runs ------------------------------------------------------------------------
+    async def start(
+        self, policy: Policy | PolicyFactory, builders: Sequence[EnvGroupBuilder]
+    ) -> GroupRunner:
+        self.connect()
+        ray = _ray()
+        placement = self.placement_for(builders)
+        pool = self._pools.get(placement.describe())
+        if pool is None:
+            size = self.num_actors or max(1, sum(placement.fits(n) for n in live_nodes()))
+            pool = ActorPool(ray.remote(EpisodeHost), placement, size, self.placement_timeout)
+            self._pools[placement.describe()] = pool
+        try:
+            builders_ref = ray.put(list(builders))
+        except Exception as err:
+            raise TypeError(
+                f"the group builders cannot be sent to Ray actors ({type(err).__name__}: "
+                f"{err}); builders must pickle (no open files, sockets or live envs)"
+            ) from None
+        return RayRunner(self, pool, [builders_ref, self._policy_ref(policy)], builders)
+
+    def placement_for(self, builders: Sequence[EnvGroupBuilder]) -> Placement:
+        """The documented default (see the module docstring), or what was asked for."""
+        if self.resources is not None:
+            return Placement(self.num_cpus, dict(self.resources))
+        env = _env_name(builders[0]) if builders else ""
+        offered = env and any(env in node for node in live_nodes())
+        return Placement(self.num_cpus, {env: 1.0} if offered else {})
+
+    def _policy_ref(self, policy: Any) -> Any:
+        """One object-store entry per policy, reused by every run (and actor cache)."""
+        ray = _ray()
+        known = self._policies.get(id(policy))
+        if known is not None and known[0] is policy:
+            return known[1]
+        mailbox = None
+        if self.policy_spec is None and not getattr(policy, "per_env", False):
+            pump = self._pumps.get(id(policy))
+            if pump is None:
+                pump = self._pumps[id(policy)] = DriverPump(policy)
+            pump.start()
+            mailbox = pump.mailbox
+        try:
+            ref = ray.put(policy_payload(policy, self.policy_spec, mailbox))
+        except Exception as err:
+            raise TypeError(
+                f"the policy cannot be sent to Ray actors ({type(err).__name__}: {err}); "
+                "pass policy_spec=PolicySpec(name, options) to build it in each actor"
+            ) from None
+        self._policies[id(policy)] = (policy, ref)
+        return ref
+
+
+class RayRunner(GroupRunner):
+    def __init__(
+        self,
+        executor: RayExecutor,
+        pool: ActorPool,
+        refs: list[Any],
+        builders: Sequence[EnvGroupBuilder],
+    ) -> None:
+        self.executor = executor
+        self.pool = pool
+        self.refs = refs
+        self.index = {id(b): i for i, b in enumerate(builders)}
+        self._described: dict[str, dict[str, Any]] = {}
+
+    async def run_group(
+        self, builder: EnvGroupBuilder, key: str, *, retries: int, group_timeout: float | None
+    ) -> GroupRecord:
+        ray = _ray()
+        index = self.index[id(builder)]
+        lost: list[str] = []
+        while True:
+            try:
+                host = await self.pool.acquire()
+            except PlacementError as err:
+                return _failed(key, f"PlacementError: {err}", lost, len(lost) + 1)
+            try:
+                outcome = await host.handle.run_group.remote(
+                    self.refs, index, key, retries, group_timeout
+                )
+            except ray.exceptions.RayTaskError as err:  # our actor code raised: not a loss
+                return _failed(
+                    key, f"{type(err).__name__}: {_first_line(err)}", lost, len(lost) + 1
+                )
+            except ray.exceptions.RayError as err:  # the actor, its node or the result is gone
+                await self.pool.lost(host)
+                node = (host.node_id or "?")[:12]
+                lost.append(f"{type(err).__name__} on node {node}: {_first_line(err)}")
+                if len(lost) > self.executor.lost_retries:
+                    return _failed(key, "lost every actor it ran on", lost, len(lost))
+                continue
+            finally:
+                self.pool.release(host)
+            return self._record(key, outcome, lost)
+
+    def _record(self, key: str, outcome: dict[str, Any], lost: list[str]) -> GroupRecord:
+        group = None if outcome["group"] is None else unpack_group(outcome["group"])
+        record = GroupRecord(
+            key=key,
+            env="",
+            task_id="",
+            group=group,
+            status=outcome["status"],
+            error=outcome["error"],
+            attempts=outcome["attempts"] + len(lost),
+        )
+        if lost:
+            record.extra["lost_attempts"] = _numbered(lost)
+        if outcome["policy"] is not None:
+            self._described[key] = outcome["policy"]
+        self.executor.placements[key] = outcome["node_id"]
+        return record
+
+    def described_policy(self, record: GroupRecord, policy: object) -> object:
+        described = self._described.pop(record.key, None)
+        return policy if described is None else _Described(described)
+
+    async def close(self) -> None:
+        self.refs = []  # the run's builders leave the object store with their last reference
+
+
+def _failed(key: str, reason: str, lost: list[str], attempts: int) -> GroupRecord:
+    history = "; ".join(_numbered(lost))
+    message = f"{reason}" + (f" (lost attempts: {history})" if lost else "")
+    record = GroupRecord(
+        key=key, env="", task_id="", group=None, status="failed", error=message,
+        attempts=attempts,
+    )  # fmt: skip
+    if lost:
+        record.extra["lost_attempts"] = _numbered(lost)
+    return record
+
+
+def _numbered(lost: list[str]) -> list[str]:
+    return [f"attempt {n}: {text}" for n, text in enumerate(lost, start=1)]
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else ""
+
+
+def _env_name(builder: EnvGroupBuilder) -> str:
+    config = getattr(builder, "config", None)
+    return str(getattr(config, "env_name", "") or "")

@@ -1,0 +1,191 @@
+"""What defines a run, so a resume can tell its own store from another run's.
+
+Resume skips the groups a store already holds, matched by key. Keys alone say
+nothing about *how* a group was made: rerunning with another config, policy,
+tokenizer or group size into the same file used to skip everything and report
+success. A :class:`RunIdentity` names the settings that make two runs the same
+experiment; every record stores it, and the collector refuses to resume into a
+store whose latest run differs, saying what differs and how to start afresh.
+
+Deliberately left out: weights versions and sampling seeds (a training loop
+changes them every step and still writes one run), server URLs and timeouts
+(moving a server does not change the experiment).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import weakref
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from agentenvs.rollout.collect.records import GroupRecord
+
+_POLICY_FIELDS = ("policy", "model", "variant", "source", "temperature", "top_p", "max_tokens")
+"""The parts of a policy's self-description that change what it samples."""
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """The settings that make two collections the same run."""
+
+    env: str = ""
+    config_sha256: str | None = None
+    split: str | None = None
+    tokenizer: str | None = None
+    """Vocabulary hash, plus the chat template's hash when there is one."""
+    policy: str | None = None
+    """A canonical JSON of the policy's defining fields (kind, model, sampling)."""
+    group_size: int | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        payload = json.dumps(asdict(self), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "fingerprint": self.fingerprint}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunIdentity:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def differences(self, other: RunIdentity) -> list[str]:
+        """``"group_size: 4 in the store, 2 now"`` for each field that differs. A field
+        this side cannot tell (``None``: no tokenizer handed in, say) is not a difference."""
+        found = []
+        for item in fields(self):
+            stored, current = getattr(other, item.name), getattr(self, item.name)
+            if current is not None and stored != current:
+                found.append(f"{item.name}: {_show(stored)} in the store, {_show(current)} now")
+        return found
+
+
+def _show(value: Any) -> str:
+    return "unknown" if value is None else str(value)
+
+
+def config_sha256(config: dict[str, Any]) -> str:
+    """The hash :meth:`EnvConfig.config_hash` gives, computed from the dumped config."""
+    payload = json.dumps(config, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def policy_key(described: dict[str, Any]) -> str:
+    """The defining fields of a policy's self-description, as one canonical string."""
+    kept = {k: described[k] for k in _POLICY_FIELDS if described.get(k) is not None}
+    return json.dumps(kept, sort_keys=True, default=str)
+
+
+_FINGERPRINTS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def tokenizer_key(tokenizer: Any) -> str | None:
+    """Vocabulary and template hashes of a tokenizer (memoised: hashing a large
+    vocabulary takes a noticeable fraction of a second, and loops call ``collect`` often)."""
+    if tokenizer is None:
+        return None
+    with contextlib.suppress(KeyError, TypeError):
+        return _FINGERPRINTS[tokenizer] or None
+    from agentenvs.rollout.data.provenance import tokenizer_fingerprint
+
+    key = _tokenizer_key_from(tokenizer_fingerprint(tokenizer))
+    with contextlib.suppress(TypeError):  # not weak-referenceable: hash again next time
+        _FINGERPRINTS[tokenizer] = key or ""
+    return key
+
+
+def _tokenizer_key_from(entry: Any) -> str | None:
+    if not isinstance(entry, dict) or not entry.get("vocab_sha256"):
+        return None
+    template = entry.get("chat_template_sha256")
+    return f"vocab {entry['vocab_sha256']}" + (f", template {template}" if template else "")
+
+
+def identity_for_collection(
+    builders: Sequence[Any],
+    *,
+    env_name: str,
+    env_config: dict[str, Any],
+    provenance: dict[str, Any] | None,
+    described_policy: dict[str, Any],
+) -> RunIdentity:
+    """The identity of a collection about to start, from what ``collect`` is given."""
+    first = builders[0] if builders else None
+    tokenizer = _tokenizer_key_from((provenance or {}).get("tokenizer"))
+    if tokenizer is None:
+        tokenizer = tokenizer_key(getattr(first, "tokenizer", None))
+    size = getattr(first, "group_size", None)
+    split = getattr(first, "split", None)
+    return RunIdentity(
+        env=env_name,
+        config_sha256=config_sha256(env_config) if env_config else None,
+        split=split if isinstance(split, str) else None,
+        tokenizer=tokenizer,
+        policy=policy_key(described_policy),
+        group_size=size if isinstance(size, int) else None,
+    )
+
+
+def identity_of_record(record: GroupRecord) -> tuple[RunIdentity, bool]:
+    """The identity a stored record carries, and whether it was stored (``True``)
+    or pieced together from an older record's env config, provenance and group size
+    (``False``: fields an older record cannot tell are left unknown)."""
+    if record.run:
+        return RunIdentity.from_json(record.run), True
+    tokenizer = _tokenizer_key_from(record.provenance.get("tokenizer"))
+    size = len(record.group.trajectories) if record.group is not None else None
+    derived = RunIdentity(
+        env=record.env,
+        config_sha256=config_sha256(record.env_config) if record.env_config else None,
+        tokenizer=tokenizer,
+        group_size=size,
+    )
+    return derived, False
+
+
+def _matches(record: GroupRecord, current: RunIdentity) -> bool:
+    stored, explicit = identity_of_record(record)
+    if explicit and stored.fingerprint == current.fingerprint:
+        return True
+    return not _known_differences(stored, current)
+
+
+def _known_differences(stored: RunIdentity, current: RunIdentity) -> list[str]:
+    """Differences in the fields the stored side knows (all of them when it was stored)."""
+    found = current.differences(stored)
+    return [d for d in found if not d.split(": ", 1)[1].startswith("unknown in the store")]
+
+
+class RunMismatchError(ValueError):
+    """Resuming into a store made by a different run; the message says what differs."""
+
+
+def keys_to_skip(
+    path: Path, records: Sequence[GroupRecord], current: RunIdentity, *, new_run: bool
+) -> set[str]:
+    """The keys a collection resuming into this store skips; refuses another run's store.
+
+    The store's latest run (that of its last record) must be this one, unless
+    ``new_run`` asks to append a new run after it. Only this run's own ``ok``
+    groups are skipped, so a new run appended to a file is never cut short by
+    another run's records with the same keys.
+    """
+    if not records:
+        return set()
+    last, explicit = identity_of_record(records[-1])
+    differences = current.differences(last) if explicit else _known_differences(last, current)
+    if differences and not new_run:
+        raise RunMismatchError(
+            f"{path} holds a different run ({'; '.join(differences)}): resuming would mix "
+            "them. Write to a new file (another --out), or pass --new-run (new_run=True "
+            "from Python) to append a new run to this one"
+        )
+    from agentenvs.rollout.collect.store import latest_outcomes
+
+    return {r.key for r in latest_outcomes(records) if r.status == "ok" and _matches(r, current)}

@@ -1,0 +1,230 @@
+"""Streaming collection for asynchronous RL: finished groups while collection goes on.
+
+A synchronous loop samples a whole batch, then trains, and the engine idles while
+the trainer works. Here groups are handed to the trainer one by one as they
+finish, while later groups still roll out (and weights may change under them), so
+a trainer can train on early groups at once.
+
+The price of asynchrony is staleness: a group may have been sampled by weights
+older than the trainer's current ones. With ``max_staleness=k``, a group whose
+oldest turn came from a version older than ``current - k`` is never handed over:
+it is re-queued (collected again with fresh envs, under the current weights) or
+dropped, and counted either way (:class:`StreamStats`). Staleness is judged at
+hand-over, the latest moment: the trainer may have moved on while a finished
+group waited.
+
+Each group runs through :func:`~agentenvs.rollout.collect.collector.collect`, so
+retries, timeouts, provenance and advantages are the collector's own. The store
+receives a group when it is handed over (a stale group is not kept as ``ok``, so
+a resume collects it again) and a failed group when it fails. A rerun with the
+same store resumes as the collector does (``run_identity.keys_to_skip``): it skips
+this run's ok groups and refuses a store whose latest run is a different one
+(``new_run=True`` appends a new run instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentenvs.envs.types import EnvGroupBuilder
+from agentenvs.rollout.collect.collector import collect, collection_identity, default_key
+from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.collect.run_identity import keys_to_skip
+from agentenvs.rollout.collect.store import TrajectoryStore
+from agentenvs.rollout.policies.base import Policy, PolicyFactory
+
+OnStale = Literal["requeue", "drop"]
+
+
+@dataclass
+class StreamStats:
+    handed: int = 0
+    """Groups given to the consumer (and stored)."""
+    skipped: int = 0
+    """Groups the store already held."""
+    failed: int = 0
+    requeued_stale: int = 0
+    dropped_stale: int = 0
+    staleness: Counter[int] = field(default_factory=Counter)
+    """Versions behind current, of the handed-over groups."""
+
+    @property
+    def max_staleness_seen(self) -> int:
+        return max(self.staleness, default=0)
+
+
+@dataclass
+class _Item:
+    index: int
+    key: str
+    builder: EnvGroupBuilder
+    requeues: int = 0
+
+
+def record_version(record: GroupRecord) -> Any:
+    """The version staleness is judged by: the oldest that sampled any of its turns."""
+    return (record.provenance.get("policy") or {}).get("weights_version")
+
+
+class StreamingCollection:
+    """``async for record in StreamingCollection(...)``: ok groups as they finish.
+
+    ``current_version`` says what the trainer's weights are now (default: the
+    policy's ``weights_version``). ``new_run`` is the collector's (append a new run
+    to a store holding another). Other keyword options go to ``collect``
+    (``retries``, ``group_timeout``, ``env_name``, ``env_config``, ``provenance``,
+    ``advantage_estimator``, ``normalize_std``).
+    """
+
+    def __init__(
+        self,
+        builders: Sequence[EnvGroupBuilder],
+        policy: Policy | PolicyFactory,
+        *,
+        concurrency: int = 8,
+        store: TrajectoryStore | None = None,
+        keys: Sequence[str] | None = None,
+        max_staleness: int | None = None,
+        on_stale: OnStale = "requeue",
+        max_requeues: int = 2,
+        current_version: Callable[[], Any] | None = None,
+        **collect_options: Any,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if max_staleness is not None and max_staleness < 0:
+            raise ValueError(f"max_staleness must be 0 or more, got {max_staleness}")
+        if on_stale not in ("requeue", "drop"):
+            raise ValueError(f"on_stale must be 'requeue' or 'drop', got {on_stale!r}")
+        keys = (
+            list(keys) if keys is not None else [default_key(i, b) for i, b in enumerate(builders)]
+        )
+        if len(keys) != len(builders) or len(set(keys)) != len(keys):
+            raise ValueError("need one unique key per builder")
+        if collect_options.get("store") is not None or "keys" in collect_options:
+            raise ValueError("pass store and keys to StreamingCollection itself")
+        self.policy = policy
+        self.concurrency = concurrency
+        self.store = store
+        self.max_staleness = max_staleness
+        self.on_stale: OnStale = on_stale
+        self.max_requeues = max_requeues
+        self.current_version = current_version or (lambda: getattr(policy, "weights_version", None))
+        new_run = bool(collect_options.pop("new_run", False))
+        self.collect_options = {"progress": False, **collect_options}
+        done = self._keys_to_skip(builders, new_run) if store is not None else set()
+        self._items = [
+            _Item(i, k, b)
+            for i, (k, b) in enumerate(zip(keys, builders, strict=True))
+            if k not in done
+        ]
+        self.stats = StreamStats(skipped=len(builders) - len(self._items))
+        self.failed: list[GroupRecord] = []
+
+    def _keys_to_skip(self, builders: Sequence[EnvGroupBuilder], new_run: bool) -> set[str]:
+        """The collector's resume rule: this run's ok groups are skipped, and a store
+        whose latest run is another one is refused (:class:`RunMismatchError`)."""
+        assert self.store is not None
+        options = self.collect_options
+        identity = collection_identity(
+            builders,
+            self.policy,
+            env_name=options.get("env_name", ""),
+            env_config=options.get("env_config"),
+            provenance=options.get("provenance"),
+        )
+        records = self.store.contents().records
+        return keys_to_skip(self.store.path, records, identity, new_run=new_run)
+
+    def staleness(self, record: GroupRecord) -> int | None:
+        version, current = record_version(record), self.current_version()
+        if version is None or current is None:
+            return None
+        return int(current) - int(version)
+
+    def _too_stale(self, record: GroupRecord) -> bool:
+        if self.max_staleness is None:
+            return False
+        behind = self.staleness(record)
+        if behind is None:  # an unversioned group cannot be judged: refuse it
+            return True
+        return behind > self.max_staleness
+
+    def _handle_stale(self, item: _Item, work: asyncio.Queue) -> bool:
+        """Re-queue or drop a stale group; True when it is resolved (dropped)."""
+        if self.on_stale == "requeue" and item.requeues < self.max_requeues:
+            self.stats.requeued_stale += 1
+            work.put_nowait(_Item(item.index, item.key, item.builder, item.requeues + 1))
+            return False
+        self.stats.dropped_stale += 1
+        return True
+
+    async def _run(self, item: _Item) -> GroupRecord:
+        result = await collect([item.builder], self.policy, keys=[item.key], **self.collect_options)
+        record = result.records[0]
+        if record.status == "ok":
+            record.extra["requeues"] = item.requeues
+        return record
+
+    def __aiter__(self) -> AsyncIterator[GroupRecord]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[GroupRecord]:
+        work: asyncio.Queue[_Item | None] = asyncio.Queue()
+        finished: asyncio.Queue[tuple[_Item, GroupRecord | BaseException]] = asyncio.Queue(
+            maxsize=self.concurrency
+        )
+        for item in self._items:
+            work.put_nowait(item)
+        pending = len(self._items)
+
+        async def worker() -> None:
+            while (item := await work.get()) is not None:
+                try:
+                    outcome: GroupRecord | BaseException = await self._run(item)
+                except Exception as err:  # a bug or a store error: the consumer raises it
+                    outcome = err
+                await finished.put((item, outcome))
+
+        workers = [asyncio.create_task(worker()) for _ in range(self.concurrency)]
+        try:
+            while pending:
+                item, outcome = await finished.get()
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                record = outcome
+                if record.status != "ok":
+                    self.stats.failed += 1
+                    self.failed.append(record)
+                    if self.store is not None:
+                        self.store.append(record)
+                    pending -= 1
+                    continue
+                if self._too_stale(record):
+                    pending -= self._handle_stale(item, work)
+                    continue
+                behind = self.staleness(record)
+                if behind is not None:
+                    self.stats.staleness[behind] += 1
+                if self.store is not None:
+                    self.store.append(record)
+                self.stats.handed += 1
+                pending -= 1
+                yield record  # the consumer may train and sync here before the next one
+        finally:
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+
+
+async def collect_streaming(
+    builders: Sequence[EnvGroupBuilder], policy: Policy | PolicyFactory, **options: Any
+) -> tuple[list[GroupRecord], StreamStats]:
+    """Drain a :class:`StreamingCollection`: every handed-over group, and the counts."""
+    stream = StreamingCollection(builders, policy, **options)
+    records = [record async for record in stream]
+    return records, stream.stats

@@ -1,0 +1,119 @@
+"""``agentenvs check`` for tree rollouts: the tree is well formed and siblings share their past.
+
+A tree group's record says, in ``extra["tree"]``, how its leaves (the trajectories)
+relate (``collect/tree.py``). Two things must hold before training on it:
+
+* **structure**: one description per trajectory; paths unique within a root; every
+  leaf that left a parent names one of the same root, whose path agrees with its own
+  up to the branch point and which was the first child there; branch turns strictly
+  increase along a path and fall inside both trajectories; forks made equal leaves
+  minus roots (each fork adds exactly one leaf);
+* **shared prefix**: up to its branch turn a leaf is its parent, token for token:
+  every earlier transition (observation, action tokens, logprobs) and the branch
+  turn's observation. A difference there means a fork did not copy its past, and
+  the sibling comparison the tree advantages make is void.
+
+Both report under ``fixed_trajectory``. Records without a tree produce no finding at all,
+so ordinary runs read as before.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.inspect.findings import Finding
+
+
+def _structure_problem(record: GroupRecord, tree: dict[str, Any]) -> str | None:
+    assert record.group is not None
+    trajectories = record.group.trajectories
+    leaves = tree.get("leaves")
+    if not isinstance(leaves, list) or len(leaves) != len(trajectories):
+        return f"the tree describes {len(leaves or [])} leaves for {len(trajectories)} trajectories"
+    roots = int(tree.get("roots", 0))
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    for i, leaf in enumerate(leaves):
+        root, path, turns = int(leaf["root"]), tuple(leaf["path"]), list(leaf["branch_turns"])
+        where = f"leaf {i}"
+        if not 0 <= root < roots:
+            return f"{where}: root {root} outside 0..{roots - 1}"
+        if (root, path) in seen:
+            return f"{where}: path {list(path)} appears twice in root {root}"
+        seen.add((root, path))
+        if len(turns) != len(path) or any(b <= a for a, b in itertools.pairwise(turns)):
+            return f"{where}: branch turns {turns} do not match path {list(path)}"
+        if turns and turns[-1] > len(trajectories[i].transitions):
+            return f"{where}: branch turn {turns[-1]} after its last turn"
+        parent = leaf.get("parent")
+        if not any(path):
+            if parent is not None:
+                return f"{where}: a first-born leaf names parent {parent}"
+            continue
+        if not isinstance(parent, int) or not 0 <= parent < len(leaves) or parent == i:
+            return f"{where}: parent {parent!r} is not another leaf"
+        other = leaves[parent]
+        depth = max(d for d, child in enumerate(path) if child)
+        theirs = tuple(other["path"])
+        if int(other["root"]) != root or theirs[:depth] != path[:depth]:
+            return f"{where}: parent {parent} is on another branch"
+        if len(theirs) <= depth or theirs[depth] != 0 or any(theirs[depth + 1 :]):
+            return f"{where}: parent {parent} did not continue the forked episode"
+        if leaf.get("branch_turn") != turns[depth] or other["branch_turns"][depth] != turns[depth]:
+            return f"{where}: branch turn {leaf.get('branch_turn')} disagrees with the path"
+    forks = tree.get("forks")
+    if forks is not None and int(forks) != len(leaves) - roots:
+        return f"{forks} forks recorded but {len(leaves)} leaves from {roots} root(s)"
+    return None
+
+
+def _prefix_problem(record: GroupRecord, tree: dict[str, Any]) -> str | None:
+    assert record.group is not None
+    trajectories = record.group.trajectories
+    for i, leaf in enumerate(tree["leaves"]):
+        parent = leaf.get("parent")
+        if parent is None:
+            continue
+        mine = trajectories[i].transitions
+        theirs = trajectories[parent].transitions
+        cut = int(leaf["branch_turn"]) - 1
+        if len(theirs) <= cut:
+            return f"leaf {i}: parent {parent} ended before the branch turn"
+        for turn in range(cut):
+            a, b = mine[turn], theirs[turn]
+            if a.ob != b.ob or a.ac.tokens != b.ac.tokens or a.ac.logprobs != b.ac.logprobs:
+                return f"leaf {i}, turn {turn + 1}: differs from parent {parent} before the branch"
+        if mine[cut].ob != theirs[cut].ob:
+            return f"leaf {i}: the branch turn's observation differs from parent {parent}'s"
+    return None
+
+
+def check_trees(records: Sequence[GroupRecord]) -> list[Finding]:
+    """Findings for the tree groups among ``records`` ([] when there are none)."""
+    trees = [(r, r.extra.get("tree")) for r in records if r.group is not None]
+    trees = [(r, t) for r, t in trees if t]
+    if not trees:
+        return []
+    leaves = sum(len(t.get("leaves") or []) for _, t in trees)
+    findings = []
+    for name, judge in (("structure", _structure_problem), ("shared prefix", _prefix_problem)):
+        failed = next(
+            ((record, problem) for record, tree in trees if (problem := judge(record, tree))),
+            None,
+        )
+        if failed is not None:
+            record, problem = failed
+            findings.append(
+                Finding("fixed_trajectory", "fail", f"tree {name}: {problem}", record.key)
+            )
+            return findings  # the prefix check reads the structure: stop at its first failure
+        findings.append(
+            Finding(
+                "fixed_trajectory",
+                "pass",
+                f"tree {name} holds ({len(trees)} trees, {leaves} leaves)",
+            )
+        )
+    return findings

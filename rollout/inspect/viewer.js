@@ -1,0 +1,290 @@
+// agentenvs view: draws the groups embedded as JSON in this page, one at a time.
+// Text from the file only ever reaches the page through textContent, never as HTML.
+(function () {
+  "use strict";
+  var DATA = JSON.parse(document.getElementById("data").textContent);
+  var GROUPS = DATA.groups;
+  var PAGE_SIZE = 50;
+  var KINDS = { p: "prompt", e: "env", s: "sampled" };
+  var state = { page: 0, current: null, list: [] };
+
+  function $(id) { return document.getElementById(id); }
+  function el(tag, attrs, children) {
+    var node = document.createElement(tag);
+    if (attrs) {
+      Object.keys(attrs).forEach(function (k) {
+        if (k === "text") node.textContent = attrs[k];
+        else if (k === "cls") node.className = attrs[k];
+        else node.setAttribute(k, attrs[k]);
+      });
+    }
+    (children || []).forEach(function (c) { if (c) node.appendChild(c); });
+    return node;
+  }
+  function fmt(v) {
+    if (v === null || v === undefined) return "-";
+    if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(4)));
+    return String(v);
+  }
+  function cell(text, cls) { return el("td", { text: fmt(text), cls: cls || "" }); }
+  function numCell(v) { return cell(v, "num"); }
+  function headRow(names) { return el("tr", null, names.map(function (n) { return el("th", { text: n }); })); }
+  function metricsText(m) {
+    return Object.keys(m || {}).map(function (k) { return k + "=" + fmt(m[k]); }).join(" ");
+  }
+
+  // ---- summary and controls ---------------------------------------------------------------
+  function renderSummary() {
+    var s = DATA.summary, box = $("summary");
+    var parts = [
+      DATA.source ? ["file", DATA.source] : null,
+      ["envs", (s.envs || []).join(", ") || "-"],
+      ["groups", s.groups + " (" + s.ok + " ok, " + s.failed + " failed)"],
+      ["trajectories", s.trajectories],
+      ["mean reward", fmt(s.mean_reward)],
+      ["advantages", (s.estimators || []).join("; ") || "none stored"],
+      ["stop reasons", Object.keys(s.stop_reasons || {}).map(function (k) { return k + ": " + s.stop_reasons[k]; }).join(", ") || "-"],
+      DATA.tokenizer ? ["decoded with", DATA.tokenizer] : null
+    ];
+    parts.forEach(function (p) {
+      if (!p) return;
+      box.appendChild(el("span", null, [el("b", { text: p[0] + " " }), document.createTextNode(String(p[1]))]));
+    });
+  }
+
+  function fillSelect(select, values) {
+    values.forEach(function (v) { select.appendChild(el("option", { value: v, text: v })); });
+  }
+
+  function setUpControls() {
+    var stops = {}, metrics = {};
+    GROUPS.forEach(function (g) {
+      g.stops.forEach(function (s) { stops[s || "none"] = true; });
+      Object.keys(g.metrics).forEach(function (m) { metrics[m] = true; });
+    });
+    fillSelect($("f-stop"), Object.keys(stops).sort());
+    fillSelect($("f-metric"), Object.keys(metrics).sort());
+    ["f-status", "f-stop", "f-min", "f-max", "f-metric", "f-key", "sort"].forEach(function (id) {
+      $(id).addEventListener(id === "f-key" || id === "f-min" || id === "f-max" ? "input" : "change", function () {
+        state.page = 0;
+        refresh();
+      });
+    });
+    $("shade").addEventListener("change", function () { if (state.current) renderDetail(state.current); });
+    $("hideprompt").addEventListener("change", function (e) { document.body.classList.toggle("hide-prompt", e.target.checked); });
+    document.addEventListener("keydown", function (e) {
+      if (e.target && /INPUT|SELECT|TEXTAREA/.test(e.target.tagName)) return;
+      if (e.key === "j" || e.key === "ArrowDown") { step(1); e.preventDefault(); }
+      if (e.key === "k" || e.key === "ArrowUp") { step(-1); e.preventDefault(); }
+    });
+  }
+
+  // ---- the group list ---------------------------------------------------------------------
+  function number(id) { var v = $(id).value; return v === "" ? null : Number(v); }
+
+  function filtered() {
+    var status = $("f-status").value, stop = $("f-stop").value, metric = $("f-metric").value;
+    var low = number("f-min"), high = number("f-max"), key = $("f-key").value.toLowerCase();
+    var list = GROUPS.filter(function (g) {
+      if (status && g.status !== status) return false;
+      if (stop && g.stops.map(function (s) { return s || "none"; }).indexOf(stop) < 0) return false;
+      if (low !== null && !(g.reward !== null && g.reward >= low)) return false;
+      if (high !== null && !(g.reward !== null && g.reward <= high)) return false;
+      if (key && String(g.key).toLowerCase().indexOf(key) < 0) return false;
+      return true;
+    });
+    var sort = $("sort").value;
+    function value(g) {
+      if (sort.indexOf("metric") === 0) return metric && metric in g.metrics ? g.metrics[metric] : null;
+      return g.reward;
+    }
+    if (sort !== "index") {
+      var sign = /desc$/.test(sort) ? -1 : 1;
+      list = list.slice().sort(function (a, b) {
+        if (sort === "status") return (a.status === "failed" ? 0 : 1) - (b.status === "failed" ? 0 : 1) || a.i - b.i;
+        var x = value(a), y = value(b);
+        if (x === null && y === null) return a.i - b.i;
+        if (x === null) return 1;  // groups without a value go last either way
+        if (y === null) return -1;
+        return sign * (x - y) || a.i - b.i;
+      });
+    }
+    return list;
+  }
+
+  function renderList() {
+    var list = state.list, nav = $("list"), metric = $("f-metric").value;
+    var pages = Math.max(1, Math.ceil(list.length / PAGE_SIZE));
+    state.page = Math.min(state.page, pages - 1);
+    nav.textContent = "";
+    var prev = el("button", { id: "prev-page", text: "‹ prev" }), next = el("button", { id: "next-page", text: "next ›" });
+    prev.disabled = state.page === 0;
+    next.disabled = state.page >= pages - 1;
+    prev.addEventListener("click", function () { state.page -= 1; renderList(); });
+    next.addEventListener("click", function () { state.page += 1; renderList(); });
+    nav.appendChild(el("div", { cls: "pager" }, [
+      prev, document.createTextNode(" page " + (state.page + 1) + " of " + pages + " "), next,
+      el("span", { id: "shown", cls: "muted", text: " " + list.length + " of " + GROUPS.length + " groups" })
+    ]));
+    var table = el("table", null, [headRow(["#", "key", "status", "reward", "per trajectory", "stop", metric || "metric"])]);
+    list.slice(state.page * PAGE_SIZE, (state.page + 1) * PAGE_SIZE).forEach(function (g) {
+      var row = el("tr", { cls: "row " + g.status + (state.current === g ? " current" : ""), "data-group": String(g.i) }, [
+        numCell(g.i), cell(g.key), el("td", { cls: "status", text: g.status }), numCell(g.reward),
+        cell(g.rewards.map(fmt).join(" ")), cell(uniq(g.stops).join(", ")),
+        numCell(metric ? g.metrics[metric] : null)
+      ]);
+      row.addEventListener("click", function () { select(g); });
+      table.appendChild(row);
+    });
+    nav.appendChild(table);
+  }
+
+  function uniq(items) {
+    var seen = {};
+    return items.filter(function (x) { x = x || "none"; if (seen[x]) return false; seen[x] = true; return true; })
+      .map(function (x) { return x || "none"; });
+  }
+
+  function refresh() {
+    state.list = filtered();
+    renderList();
+    if (state.list.length && state.list.indexOf(state.current) < 0) select(state.list[0]);
+    if (!state.list.length) {
+      state.current = null;
+      $("detail").textContent = "";
+      $("detail").appendChild(el("p", { cls: "muted", text: GROUPS.length ? "No group matches the filters." : "The file holds no groups." }));
+    }
+  }
+
+  function step(delta) {
+    var at = state.list.indexOf(state.current) + delta;
+    if (at >= 0 && at < state.list.length) select(state.list[at]);
+  }
+
+  function select(g) {
+    state.current = g;
+    var at = state.list.indexOf(g);
+    if (at >= 0) state.page = Math.floor(at / PAGE_SIZE);
+    renderList();
+    renderDetail(g);
+    if (history.replaceState) history.replaceState(null, "", "#g" + g.i);
+  }
+
+  // ---- one group ----------------------------------------------------------------------------
+  function estimatorText(est) {
+    if (!est || !est.estimator) return "no advantages stored";
+    return est.estimator + (est.normalize_std ? ", std-normalised" : "");
+  }
+
+  function renderDetail(g) {
+    var box = $("detail");
+    box.textContent = "";
+    box.className = g.status;
+    box.dataset.group = String(g.i);
+    box.appendChild(el("h2", null, [
+      document.createTextNode("group " + g.i + " "),
+      el("span", { cls: "muted", text: "key " + g.key + " · task " + g.task + " · " + g.env }),
+      document.createTextNode(" [" + g.status + "]")
+    ]));
+    box.appendChild(el("div", { cls: "stats" }, [
+      el("span", { text: "attempts " + g.attempts }),
+      g.reward !== null ? el("span", { text: "mean reward " + fmt(g.reward) }) : null,
+      el("span", { text: "advantages: " + estimatorText(g.est) }),
+      g.tags.length ? el("span", { text: "tags " + g.tags.join(", ") }) : null
+    ]));
+    if (g.error) box.appendChild(el("pre", { cls: "error", text: g.error }));
+    if (g.trajs.length) {
+      var table = el("table", { cls: "trajectories" }, [headRow(["trajectory", "total reward", "step rewards", "group reward", "advantage", "stop reason", "turns", "sampled tok", "masked tok", "samples", "group metrics"])]);
+      g.trajs.forEach(function (t, i) {
+        table.appendChild(el("tr", null, [numCell(i), numCell(t.reward), numCell(t.step), numCell(t.group), numCell(t.adv), cell(t.stop), numCell(t.turns.length), numCell(t.sampled), numCell(t.masked), numCell(t.samples), cell(metricsText(g.gm[i]))]));
+      });
+      box.appendChild(table);
+    }
+    g.trajs.forEach(function (t, i) {
+      var details = el("details", { cls: "traj", id: "g" + g.i + "t" + i }, [
+        el("summary", { text: "trajectory " + i + " · reward " + fmt(t.reward) + " · advantage " + fmt(t.adv) + " · " + (t.stop || "no stop reason") + " · " + t.turns.length + " turn(s)" })
+      ]);
+      var drawn = false;
+      function draw() {
+        if (drawn || !details.open) return;
+        drawn = true;
+        details.appendChild(stream(t));
+        details.appendChild(turnTable(t));
+      }
+      details.addEventListener("toggle", draw);
+      box.appendChild(details);
+      if (i === 0) { details.open = true; draw(); }
+    });
+    var json = { provenance: DATA.shared[g.prov], env_config: DATA.shared[g.config], extra: DATA.shared[g.extra] };
+    box.appendChild(el("details", null, [el("summary", { cls: "muted", text: "provenance and config" }), el("pre", { cls: "json", text: JSON.stringify(json, null, 2) })]));
+  }
+
+  function shadeFor(lp) {
+    var p = Math.exp(lp);  // certain tokens stay green; unlikely ones turn red
+    return "hsl(" + Math.round(120 * p) + ", 70%, 82%)";
+  }
+
+  function stream(t) {
+    var pre = el("pre", { cls: "stream" }), shade = $("shade").checked, lastTurn = null;
+    t.spans.forEach(function (span) {
+      if (span.restart) pre.appendChild(el("span", { cls: "restart", text: "new training sample: the template did not extend the conversation" }));
+      if (span.turn !== undefined && span.turn !== lastTurn) {
+        pre.appendChild(el("span", { cls: "turn", text: "turn " + span.turn }));
+        lastTurn = span.turn;
+      }
+      var seg = el("span", { cls: "seg " + KINDS[span.k] });
+      var start = 0, token = 0, special = {};
+      (span.sp || []).forEach(function (i) { special[i] = true; });
+      span.e.forEach(function (end, i) {
+        var count = span.n ? span.n[i] : 1;
+        var piece = el("span", { text: span.t.slice(start, end) });
+        piece.dataset.first = String(token);
+        piece.dataset.count = String(count);
+        if (special[i]) piece.className = "sp";
+        if (span.lp && span.k === "s") {
+          var low = null;
+          for (var j = token; j < token + count; j++) if (span.lp[j] !== null && (low === null || span.lp[j] < low)) low = span.lp[j];
+          if (low !== null) {
+            piece.dataset.lp = String(low);
+            if (shade) piece.style.background = shadeFor(low);
+          }
+        }
+        seg.appendChild(piece);
+        start = end;
+        token += count;
+      });
+      seg.spanData = span;
+      pre.appendChild(seg);
+    });
+    pre.addEventListener("mouseover", function (e) {
+      var piece = e.target, span = piece.parentNode && piece.parentNode.spanData;
+      if (!span || piece.title) return;
+      var first = Number(piece.dataset.first), count = Number(piece.dataset.count), lines = [];
+      for (var j = first; j < first + count; j++) {
+        var lp = span.lp ? span.lp[j] : null;
+        lines.push("id " + span.ids[j] + (lp === null || lp === undefined ? "" : "  logprob " + lp.toFixed(4)));
+      }
+      piece.title = lines.join("\n");
+    });
+    return pre;
+  }
+
+  function turnTable(t) {
+    var table = el("table", { cls: "turns" }, [headRow(["turn", "action tok", "obs tok", "sampler stop", "mean logprob", "reward", "metrics"])]);
+    t.turns.forEach(function (row) {
+      table.appendChild(el("tr", null, [numCell(row[0]), numCell(row[1]), cell(row[2] + (row[6] ? " (restart)" : ""), "num"), cell(row[3]), numCell(row[7]), numCell(row[4]), cell(metricsText(row[5]))]));
+    });
+    return table;
+  }
+
+  // ---- start ----------------------------------------------------------------------------------
+  renderSummary();
+  setUpControls();
+  refresh();
+  var wanted = /^#g(\d+)/.exec(location.hash);
+  if (wanted) {
+    var found = GROUPS.filter(function (g) { return g.i === Number(wanted[1]); })[0];
+    if (found) select(found);
+  }
+  document.body.dataset.ready = "1";
+})();

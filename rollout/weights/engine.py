@@ -1,0 +1,85 @@
+"""vLLM's endpoints for changing weights, behind names that say what they do.
+
+Facts of vLLM 0.32's OpenAI-compatible server:
+
+* ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}`` (and ``unload``)
+  need ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; a name can
+  be loaded once, so every version gets its own name;
+* ``POST /collective_rpc`` ``{"method": "reload_weights", "kwargs": {"weights_path"}}``
+  and ``POST /reset_prefix_cache`` need ``VLLM_SERVER_DEV_MODE=1``;
+* ``POST /pause?mode=wait`` drains running requests and ``POST /resume`` lets new
+  ones run; older servers have neither, and a sync then goes on without them.
+  Its ``clear_cache`` (deprecated, on by default) is turned off: the reset is
+  done explicitly, on every path.
+
+A missing endpoint is a :class:`WeightSyncError` that says which flag enables it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentenvs.rollout.policies.base import PolicyError
+from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
+
+
+class WeightSyncError(RuntimeError):
+    """The engine refused or could not apply a weight change."""
+
+
+_ENABLE = {
+    "/v1/load_lora_adapter": "start vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True",
+    "/v1/unload_lora_adapter": "start vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True",
+    "/collective_rpc": "start vLLM with VLLM_SERVER_DEV_MODE=1",
+    "/reset_prefix_cache": "start vLLM with VLLM_SERVER_DEV_MODE=1",
+}
+
+
+class VLLMEngine:
+    """The admin side of a vLLM server, reached through the policy's HTTP client."""
+
+    def __init__(self, policy: OpenAICompatPolicy) -> None:
+        self.policy = policy
+        self.can_pause: bool | None = None
+        """Unknown until the first pause; False once the server showed it has none."""
+
+    async def call(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            return await self.policy.request("POST", path, body)
+        except PolicyError as err:
+            hint = _ENABLE.get(path.split("?")[0])
+            if hint and ("HTTP 404" in str(err) or "HTTP 405" in str(err)):
+                raise WeightSyncError(f"{path} is not available: {hint} ({err})") from None
+            raise WeightSyncError(f"{path} failed: {err}") from None
+
+    async def pause(self) -> bool:
+        """Drain running requests and hold new ones; False when the engine cannot."""
+        if self.can_pause is False:
+            return False
+        try:
+            # clear_cache=false: the prefix cache is reset by its own call, which
+            # also covers engines whose pause does not clear it.
+            await self.policy.request("POST", "/pause?mode=wait&clear_cache=false", None)
+        except PolicyError as err:
+            if "HTTP 404" in str(err):
+                self.can_pause = False
+                return False
+            raise WeightSyncError(f"/pause failed: {err}") from None
+        self.can_pause = True
+        return True
+
+    async def resume(self) -> None:
+        await self.call("/resume")
+
+    async def reset_prefix_cache(self) -> None:
+        await self.call("/reset_prefix_cache")
+
+    async def load_lora(self, name: str, path: str) -> None:
+        await self.call("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+
+    async def unload_lora(self, name: str) -> None:
+        await self.call("/v1/unload_lora_adapter", {"lora_name": name})
+
+    async def reload_weights(self, path: str) -> None:
+        body = {"method": "reload_weights", "kwargs": {"weights_path": path}}
+        await self.call("/collective_rpc", body)

@@ -1,0 +1,67 @@
+"""Which weights a server is sampling with, in a form every sample can carry.
+
+A bare version number answers "how stale is this sample?" but not "which weights
+were these?". The identity adds what was loaded (the base checkpoint, a LoRA
+adapter by name, or a full weights directory), a content hash of it, and whether
+the server's output was verified against the trainer's own forward pass before
+the version was trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+SyncPath = Literal["base", "lora", "full"]
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".json")
+
+
+@dataclass(frozen=True)
+class WeightsIdentity:
+    version: int | str | None = None
+    path: SyncPath = "base"
+    """``base``: what the server started with; ``lora``: an adapter; ``full``: a reload."""
+    name: str | None = None
+    """The name requests must use: the adapter's name, or the base model's."""
+    source: str | None = None
+    """The directory that was loaded."""
+    sha256: str | None = None
+    """Hash of the loaded files (:func:`hash_weights`)."""
+    verified: bool = False
+    """True once the probe matched the trainer's forward pass of these weights."""
+    probe_max_abs_diff: float | None = None
+    failed: str | None = None
+    """Set when a full reload failed verification: the server holds weights nobody
+    vouches for, and the policy refuses to sample until a sync succeeds."""
+
+    def label(self) -> str:
+        """A short string for per-turn logs: ``lora:grpo-v3@1a2b3c4d``."""
+        head = f"{self.path}:{self.name or self.source or '?'}"
+        return f"{head}@{self.sha256[:8]}" if self.sha256 else head
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def hash_weights(directory: str | Path) -> str:
+    """sha256 over the weight and config files of a checkpoint or adapter directory.
+
+    File names go into the hash with their contents, in sorted order, so the same
+    files give the same hash wherever they are; READMEs and the like are left out.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise FileNotFoundError(f"no weights directory at {root}")
+    digest = hashlib.sha256()
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
+    if not files:
+        raise FileNotFoundError(f"{root} holds no weight files ({', '.join(_WEIGHT_SUFFIXES)})")
+    for file in files:
+        digest.update(str(file.relative_to(root)).encode() + b"\0")
+        with file.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()[:16]
