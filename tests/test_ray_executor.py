@@ -95,6 +95,20 @@ async def test_a_policy_in_the_driver_is_called_back_with_each_turn(executor, to
     assert first["ac"] == [5, 6] and first["logprobs"] == [-0.5, -0.25]
 
 
+def test_the_mailbox_lives_on_the_drivers_node_so_no_worker_node_takes_it_down(cluster):
+    import ray
+
+    from agentenvs.rollout.collect.executors.bridge import mailbox_actor
+
+    here = ray.get_runtime_context().get_node_id()
+    mailboxes = [mailbox_actor() for _ in range(6)]  # soft affinity put most elsewhere
+    try:
+        assert ray.get([m.where.remote() for m in mailboxes]) == [here] * 6
+    finally:
+        for mailbox in mailboxes:
+            ray.kill(mailbox)
+
+
 @in_module_loop
 async def test_tree_rollouts_keep_their_tree_through_the_actors(executor, tokenizer, tmp_path):
     schedule = BranchSchedule(branch_at=(1,), branch_factor=2)
