@@ -11,9 +11,11 @@ STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_VERSION := 0.32.0
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)
+VERL_VERSION := 0.9.1
+VERL_STAMP := $(VENV)/.installed-verl-$(VERL_VERSION)
 DEB_PACKAGES := bubblewrap podman runc uidmap slirp4netns python3-numpy python3-sympy chromium
 
-.PHONY: demo test install system-packages vllm lint clean
+.PHONY: demo test install system-packages vllm verl lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,12 +53,23 @@ $(VLLM_STAMP):
 
 vllm: $(VLLM_STAMP)
 
+# verl's rollout machinery (its agent loop workers, client and load balancer) in the
+# main venv, whose transformers fits verl's pin. --no-deps: the wheel's own list pulls
+# wandb, tensorboard and ray[default], none of which its rollout path imports; what it
+# does import is the `verl` extra of pyproject.toml (installed with `all`).
+$(VERL_STAMP): $(STAMP)
+	$(BIN)/pip install -q --no-deps verl==$(VERL_VERSION)
+	$(BIN)/python -c "import verl.experimental.agent_loop.agent_loop"
+	touch $(VERL_STAMP)
+
+verl: $(VERL_STAMP)
+
 install: system-packages $(STAMP)
 
 demo: install
 	$(BIN)/agentenvs demo
 
-test: install vllm
+test: install vllm verl
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: install

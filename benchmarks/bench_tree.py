@@ -12,8 +12,9 @@ and the independent / tree ratio.
 
 * ALFWorld (a kitchen game, the walkthrough's first commands): the fork is an
   ``os.fork`` of the engine process, so a leaf saves the reset and ``depth`` steps;
-* ReTool ``stateful`` (``depth`` cells on the local sandbox): a session fork
-  replays the kept cells on a fresh worker, so a leaf saves little;
+* ReTool ``stateful`` (``depth`` cells on the local sandbox): a session fork is an
+  ``os.fork`` of the state holder inside its worker (``bench_retool_fork.py`` compares
+  it with the replay fallback), so a leaf saves its worker start and the cells;
 * ReTool ``stateless``: earlier outputs are already in the context; a fork copies
   the episode and runs nothing.
 
@@ -181,7 +182,7 @@ async def main() -> None:
         "guess_number": "copy",
         "search_r1": "copy; retriever shared",
         "retool stateless": "copy",
-        "retool stateful": "session replay on a fresh worker",
+        "retool stateful": "os.fork of the session's state holder",
         "alfworld": "os.fork of the engine process",
     }
     for name, scenario in found.items():

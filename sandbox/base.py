@@ -82,6 +82,13 @@ class SandboxConfig(BaseModel):
         "worker that must be recycled, or serves a request while every pool worker is held "
         "by a long run.",
     )
+    session_fork: Literal["process", "replay"] = Field(
+        "process",
+        description="How Session.fork() copies a notebook (local/docker): 'process' forks "
+        "the state holder inside its worker (milliseconds; from then on the forked family "
+        "may read but not write files); 'replay' re-runs the kept cells on a worker of its "
+        "own (files stay writable). sandboxfusion always replays.",
+    )
     min_isolation: list[str] = Field(
         default_factory=list,
         description="Isolation layers that must be active, else the sandbox refuses to start "

@@ -46,6 +46,9 @@ REQUEST_GRACE_SECONDS = 10.0
 """The supervisor enforces the timeout; the host gives up on it only this much later."""
 SUPERVISOR_PROCESSES = 1
 SESSION_PROCESSES = 2  # supervisor + state holder
+SESSION_FORK_LIMIT = 16
+"""Live sessions one session worker holds (the opened one and its in-worker forks); each
+fork's state holder is one more process, so the worker's process limits count them."""
 
 
 def to_exec_result(
@@ -159,7 +162,7 @@ class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
         cfg = self.config
         timeout = float(timeout or cfg.timeout)
         cpu = cfg.cpu_seconds if cfg.cpu_seconds is not None else timeout + 1
-        overhead = SESSION_PROCESSES if session else SUPERVISOR_PROCESSES
+        overhead = SESSION_PROCESSES + SESSION_FORK_LIMIT if session else SUPERVISOR_PROCESSES
         return {
             "timeout": timeout,
             "cpu_seconds": math.ceil(cpu),

@@ -4,12 +4,21 @@ Cells run on a dedicated worker whose supervisor keeps the namespace in a fork c
 (``local/supervisor/sessions.py`` and ``chain.py``). This module is the host's side:
 one cell at a time, and when the state is lost (a cell killed the state holder, or the
 worker died) the earlier successful cells are replayed, quietly, and the result says so.
+
+``fork()`` asks the worker's supervisor to fork the state holder (``session_fork``):
+the fork is a new session of the same worker, so the worker is shared (``WorkerShare``)
+and retired when its last session leaves. Where the supervisor refuses (no Landlock,
+a descriptor or shared mapping that would stay shared, the per-worker bound reached),
+the fork falls back to replaying the kept cells on a worker of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Generic, Self
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, Literal, Self
 
 from agentenvs.sandbox.base import (
     ExecResult,
@@ -20,6 +29,7 @@ from agentenvs.sandbox.base import (
 )
 from agentenvs.sandbox.supervised import (
     REQUEST_GRACE_SECONDS,
+    SESSION_FORK_LIMIT,
     W,
     WorkerDead,
     WorkerStartError,
@@ -29,6 +39,19 @@ from agentenvs.sandbox.supervised import (
 
 if TYPE_CHECKING:
     from agentenvs.sandbox.supervised import SupervisedSandbox
+
+FORK_REQUEST_SECONDS = 30.0
+
+
+@dataclass
+class WorkerShare(Generic[W]):
+    """A worker and how many sessions (the opened one and its forks) live on it."""
+
+    worker: W
+    sessions: int = 1
+
+
+ForkMethod = Literal["process", "replay"]
 
 
 class SupervisedSession(Session, Generic[W]):
@@ -40,13 +63,48 @@ class SupervisedSession(Session, Generic[W]):
 
     def __init__(self, sandbox: SupervisedSandbox[W]) -> None:
         self._sandbox = sandbox
-        self._worker: W | None = None
+        self._share: WorkerShare[W] | None = None
+        self._session_id = 0
+        """This session's id in its worker's supervisor (0 for the one it opened)."""
         self._cells: list[str] = []
         """Cells whose state was kept, in order: replayed if the state is ever lost."""
         self._lock = asyncio.Lock()
         self._closed = False
         self._needs_replay = False
         self.replays = 0
+        self.forked_by: ForkMethod | None = None
+        """How this session was made from another (``None``: opened, not forked)."""
+        self.fork_refusal = ""
+        """Why the last ``fork()`` of this session fell back to a replay ('' if it did not)."""
+        self.fork_seconds = 0.0
+        """Host-measured seconds of the last ``fork()`` of this session."""
+
+    @property
+    def _worker(self) -> W | None:
+        return self._share.worker if self._share is not None else None
+
+    @_worker.setter
+    def _worker(self, worker: W | None) -> None:
+        # A backend that retired a dead worker itself drops it here (no session_close).
+        if worker is None:
+            self._share = None
+        else:
+            self._share = WorkerShare(worker)
+
+    async def _leave_worker(self) -> None:
+        """Stop using the worker: close this session on it, retire it if it was the last."""
+        share, self._share = self._share, None
+        if share is None:
+            return
+        share.sessions -= 1
+        worker = share.worker
+        if share.sessions > 0:
+            if worker.alive and not worker.recycle:  # type: ignore[attr-defined]
+                request = {"op": "session_close", "session": self._session_id}
+                with contextlib.suppress(WorkerDead):
+                    await worker.request(request, FORK_REQUEST_SECONDS)  # type: ignore[attr-defined]
+            return
+        await self._sandbox._retire(worker)
 
     async def __aenter__(self) -> Self:
         async with self._lock:
@@ -67,14 +125,16 @@ class SupervisedSession(Session, Generic[W]):
         if current is not None and current.alive and not current.recycle:  # type: ignore[attr-defined]
             return current
         if current is not None:
-            await self._sandbox._retire(current)
-            self._worker = None
+            await self._leave_worker()
             self._needs_replay = bool(self._cells)
         worker = await self._sandbox._take_session_worker()
-        self._worker = worker
+        self._share = WorkerShare(worker)
         limits = self._sandbox._limits(session=True)
         self._sandbox._apply_memory_limit(worker, limits["memory_bytes"])
-        await worker.request({"op": "session_open", "limits": limits}, 30)  # type: ignore[attr-defined]
+        request = {"op": "session_open", "limits": limits, "max_sessions": SESSION_FORK_LIMIT}
+        response = await worker.request(request, 30)  # type: ignore[attr-defined]
+        session_id = response.get("session", 0)
+        self._session_id = session_id if isinstance(session_id, int) else 0
         return worker
 
     async def run(self, code: str, *, timeout: float | None = None) -> ExecResult:
@@ -113,6 +173,7 @@ class SupervisedSession(Session, Generic[W]):
         timeout = float(timeout or cfg.timeout)
         request = {
             "op": "cell",
+            "session": self._session_id,
             "code": code,
             "timeout": timeout,
             "show_last": cfg.show_last_expression,
@@ -150,10 +211,62 @@ class SupervisedSession(Session, Generic[W]):
         return list(self._cells)
 
     async def fork(self) -> Session:
+        """A new session whose namespace starts as a copy of this one's.
+
+        First choice: the supervisor forks the state holder (``session_fork``), so the
+        copy is the same interpreter, values read from a clock or unseeded randomness
+        included, and costs an ``os.fork``; the fork lives on this session's worker and
+        from then on neither side may write files (see ``supervisor/forking.py``). When
+        the supervisor refuses, a session on its own worker gets its namespace rebuilt
+        by replaying the kept cells (``fork_refusal`` on the clone says why).
+        """
+        if self._closed:
+            raise SessionForkError("the session is closed")
+        started = time.monotonic()
+        clone: SupervisedSession[W] | None = None
+        refusal = "the sandbox is configured with session_fork='replay'"
+        if self._sandbox.config.session_fork == "process":
+            async with self._lock:
+                clone, refusal = await self._fork_in_worker()
+        if clone is None:
+            clone = await self.replay_fork()
+            clone.fork_refusal = refusal
+        clone.fork_seconds = time.monotonic() - started
+        return clone
+
+    async def _fork_in_worker(self) -> tuple[SupervisedSession[W] | None, str]:
+        """A fork of the state holder on the same worker, or ``None`` and why not."""
+        share = self._share
+        if self._closed or share is None or not self._alive() or self._needs_replay:
+            return None, "the session has no live state holder to fork"
+        request = {"op": "session_fork", "session": self._session_id}
+        try:
+            response = await share.worker.request(request, FORK_REQUEST_SECONDS)  # type: ignore[attr-defined]
+        except WorkerDead as exc:
+            self._needs_replay = bool(self._cells)
+            return None, f"the worker died during the fork: {exc}"
+        session_id = response.get("session")
+        if not response.get("ok") or not isinstance(session_id, int):
+            self._sandbox.stats["session_fork_refusals"] = (
+                self._sandbox.stats.get("session_fork_refusals", 0) + 1
+            )
+            return None, str(response.get("message") or "the supervisor refused the fork")
+        clone = self._sandbox.session()
+        assert isinstance(clone, SupervisedSession)
+        share.sessions += 1
+        clone._share = share
+        clone._session_id = session_id
+        clone._cells = list(self._cells)
+        clone.forked_by = "process"
+        self._sandbox.stats["session_forks"] = self._sandbox.stats.get("session_forks", 0) + 1
+        return clone, ""
+
+    async def replay_fork(self) -> SupervisedSession[W]:
         """A session on its own worker, its namespace rebuilt by replaying the kept cells.
 
-        A replay, not a process fork: two workers share no process, so a cell that read
-        a clock or unseeded randomness may leave a different value in the copy.
+        The fallback of ``fork()`` (and its only way with ``session_fork='replay'``). A
+        replay, not a process fork: two workers share no process, so a cell that read a
+        clock or unseeded randomness may leave a different value in the copy.
         """
         cells = self.cells
         clone = self._sandbox.session()
@@ -164,10 +277,10 @@ class SupervisedSession(Session, Generic[W]):
             raise SessionForkError(
                 f"replaying {len(cells)} kept cell(s) did not rebuild the session's state"
             )
+        clone.forked_by = "replay"
         return clone
 
     async def close(self) -> None:
         self._closed = True
-        if self._worker is not None:
-            worker, self._worker = self._worker, None
-            await self._sandbox._retire(worker)
+        async with self._lock:
+            await self._leave_worker()

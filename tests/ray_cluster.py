@@ -88,6 +88,17 @@ def loopback_cluster(head_cpus: float = 1, **workers: dict[str, Any]) -> Iterato
 
 
 # ---- shared by the Ray tests -----------------------------------------------------------
+in_module_loop = pytest.mark.asyncio(loop_scope="module")
+"""One event loop per module: the executor and its actors outlive a single test."""
+
+
+@pytest.fixture(scope="module")
+def two_node_cluster() -> Iterator[LoopbackCluster]:
+    """A head and one plain worker node (one CPU each), for one test module."""
+    with loopback_cluster(worker={"num_cpus": 1}) as handle:
+        yield handle
+
+
 def flagship_builders(env_name: str, tokenizer: Any, *, groups: int, group_size: int) -> list:
     """The env's groups as the demo configures it (ALFWorld on its shipped games)."""
     from agentenvs.envs import make

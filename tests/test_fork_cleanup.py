@@ -1,8 +1,8 @@
 """Many forks and cleanups leave nothing behind: no process, worker, engine or descriptor.
 
 guess_number and ALFWorld fork and close 1,000 times; ReTool's stateful sessions
-``RETOOL_FORKS`` times (each fork starts a sandbox worker and replays the session's
-cells: 0.2 s on an idle machine, seconds on a loaded one).
+``RETOOL_FORKS`` times (each fork forks the session's state holder inside its sandbox
+worker; 1,000 of those are counted in ``test_sandbox_session_fork.py``).
 """
 
 from __future__ import annotations
@@ -94,9 +94,11 @@ async def test_stateful_retool_forks_leave_no_sandbox_worker(tokenizer):
             workers.append(worker)
             pids |= worker.host_pids()
             await branch.close()
-        assert len({id(w) for w in workers}) == RETOOL_FORKS  # every fork had a worker of its own
-        assert not [w for w in workers if w.alive]
-        assert not [p for p in pids if os.path.exists(f"/proc/{p}")]
+        # Every fork was a fork of the state holder on the episode's own worker
+        # (tests/test_sandbox_session_fork.py counts the processes inside it).
+        assert {id(w) for w in workers} == {id(env.task._session._worker)}
+        assert env.task._session._share.sessions == 1
+        assert sandbox.host_pids() >= pids
         assert sandbox._session_workers() == [env.task._session._worker]
         # Spare workers are refilled in the background: a few descriptors each, no more.
         assert len(open_fds() - fds) <= 8 * (sandbox.session_spares + 1)

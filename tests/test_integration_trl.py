@@ -23,12 +23,15 @@ from agentenvs.envs.registry import make
 from agentenvs.rollout.collect.rollouts import current_slot
 from agentenvs.rollout.collect.store import read_records
 from agentenvs.rollout.integrations.trl import (
+    _consecutive_runs,
     env_reward,
     make_rollout_func,
     parse_task_key,
     task_dataset,
     task_key,
 )
+from agentenvs.rollout.integrations.trl_weight_sync import VLLMWeightSyncCallback
+from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 from agentenvs.rollout.policies.scripted import ScriptedPolicy
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -84,9 +87,32 @@ class HiddenStateGrads:
         hidden.register_hook(keep)
 
 
+def cpu_grpo_args(output_dir, **overrides):
+    """TRL's GRPOConfig for a small CPU run: groups of 2, no KL term, no saving.
+    TRL's ``max_completion_length`` does not bound a ``rollout_func``; the env does."""
+    from trl import GRPOConfig
+
+    settings = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        max_completion_length=256,
+        beta=0.0,
+        seed=0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    return GRPOConfig(**{**settings, **overrides})
+
+
 def run_one_step(tmp_path, model_dir, tokenizer, config, *, policy, reward_funcs):
     from transformers import AutoModelForCausalLM
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
@@ -103,26 +129,10 @@ def run_one_step(tmp_path, model_dir, tokenizer, config, *, policy, reward_funcs
         modes.append(trainer.model.training)
         return out
 
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_steps=1,
-        learning_rate=1e-2,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        save_strategy="no",
-        max_completion_length=256,
-        beta=0.0,
-        seed=0,
-        dataloader_num_workers=0,
-    )
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
-        args=args,
+        args=cpu_grpo_args(tmp_path / "out", max_steps=1, learning_rate=1e-2),
         train_dataset=task_dataset(config, n=2),
         processing_class=tokenizer,
         rollout_func=recording_rollout,
@@ -170,6 +180,34 @@ def test_task_keys_round_trip():
     assert parse_task_key(task_key("test", 12)) == ("test", 12)
     with pytest.raises(ValueError, match="task_dataset"):
         parse_task_key([{"role": "user", "content": "hi"}])
+
+
+def test_a_task_drawn_twice_in_a_row_makes_two_groups_of_num_generations():
+    """TRL's sampler can put the same task in consecutive slots; each of its
+    ``num_generations`` blocks is one group (else the group size changes between
+    batches and a trajectory store refuses the next batch as another run)."""
+    a, b = ("train", 0), ("train", 1)
+    assert _consecutive_runs([a, a, a, a, b, b], 2) == [(a, 2), (a, 2), (b, 2)]
+    assert _consecutive_runs([a, a, a, a, b, b]) == [(a, 4), (b, 2)]
+
+
+def test_weight_sync_callback_picks_the_path_from_the_model(tmp_path, tokenizer):
+    import peft
+
+    from agentenvs.rollout.policies.tiny_model import build_tiny_model
+    from agentenvs.rollout.weights.probe import Probe
+    from agentenvs.rollout.weights.sync import WeightSync
+
+    policy = OpenAICompatPolicy("http://127.0.0.1:9", tokenizer=tokenizer)  # never contacted
+    sync = WeightSync(policy, probe=Probe.default(len(tokenizer)))
+    model = build_tiny_model(tokenizer)
+    assert VLLMWeightSyncCallback(sync, tmp_path).resolve_path(model) == "full"
+    with pytest.raises(ValueError, match="needs a peft model"):
+        VLLMWeightSyncCallback(sync, tmp_path, path="lora").resolve_path(model)
+    adapted = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=["q_proj"]))
+    assert VLLMWeightSyncCallback(sync, tmp_path).resolve_path(adapted) == "lora"
+    with pytest.raises(ValueError, match="path must be"):
+        VLLMWeightSyncCallback(sync, tmp_path, path="nccl")  # type: ignore[arg-type]
 
 
 def test_grpo_trainer_step_masks_environment_tokens(tmp_path, model_dir, trl_tokenizer):

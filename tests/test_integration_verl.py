@@ -1,11 +1,11 @@
-"""verl: the agent loop's output contract and registration, without verl installed.
+"""verl: the agent loop's output contract and registration, with or without verl.
 
-verl (0.9.x) needs Ray, vLLM or SGLang and GPUs; installing it here is not
-practical (``pip download --no-deps verl`` is small, but it requires
-``ray[default]``, ``hydra-core``, ``tensordict``, ``wandb``...). So these tests
-check the adapter against verl's contract as its source states it
-(``verl/experimental/agent_loop/agent_loop.py`` and ``workers/rollout/replica.py``
-of verl 0.9.1), written down below:
+verl's own rollout machinery on a real engine is ``test_verl_real_engine.py``.
+These faster tests check the adapter against verl's contract as its source
+states it (``verl/experimental/agent_loop/agent_loop.py`` and
+``workers/rollout/replica.py`` of verl 0.9.1), written down below, and run both
+where verl is installed (``make verl``: then verl's own ``AgentLoopBase``,
+``DictConfigWrap`` and ``TokenOutput`` are used) and where it is not:
 
 * ``AgentLoopOutput`` field names and which of them verl requires;
 * ``AgentLoopMetrics`` keys;
@@ -16,9 +16,11 @@ of verl 0.9.1), written down below:
 * ``server_manager.generate(request_id=, prompt_ids=, sampling_params=)`` returning
   a ``TokenOutput`` (``token_ids``, ``log_probs``, ``stop_reason`` of
   ``completed``/``aborted``, ``extra_fields`` with ``global_steps``): here a
-  stand-in backed by a real tiny transformers model;
-* the padding ``_agent_loop_postprocess`` applies, which must equal this project's
-  padded-batch hand-off (:func:`to_verl_batch`) for the same rollout.
+  stand-in backed by a real tiny transformers model, so the response budget and
+  an aborted request can be driven exactly.
+
+verl's padding of these outputs, compared with this project's hand-off, is checked
+with verl's own code in ``test_verl_real_engine.py``.
 """
 
 from __future__ import annotations
@@ -33,8 +35,6 @@ import yaml
 from pydantic import BaseModel
 from rollout_tiny_model import save_tiny_model
 
-from agentenvs.rollout.data.samples import TrainingSample
-from agentenvs.rollout.handoff.verl import to_verl_batch
 from agentenvs.rollout.integrations import verl as adapter
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.hf import HFPolicy
@@ -111,6 +111,19 @@ class DictConfigWrap:
         self.config = config
 
 
+if adapter.VERL_AVAILABLE:  # `make verl` installs it: use verl's own classes
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.workers.rollout.replica import TokenOutput
+
+    def as_config(tree: dict) -> Any:
+        return OmegaConf.create(tree)
+else:
+
+    def as_config(tree: dict) -> Any:
+        return tree
+
+
 @pytest.fixture(scope="module")
 def sampler(tmp_path_factory, tokenizer):
     directory = save_tiny_model(tmp_path_factory.mktemp("tiny-verl"), tokenizer)
@@ -129,13 +142,13 @@ def instantiate_like_verl(entry: dict, server_manager, tokenizer, response_lengt
         "data": {},
     }
     kwargs = {
-        "trainer_config": DictConfigWrap(trainer_config),
+        "trainer_config": DictConfigWrap(as_config(trainer_config)),
         "server_manager": server_manager,
         "tokenizer": tokenizer,
         "processor": None,
         "hf_model_type": "llama",
         "dataset_cls": object,
-        "data_config": DictConfigWrap({}),
+        "data_config": DictConfigWrap(as_config({})),
         "tools": None,
     }
     assert set(kwargs) == VERL_INSTANTIATE_KWARGS
@@ -198,7 +211,8 @@ async def test_agent_loop_output_follows_verl_contract(env, env_config, sampler,
 
     fields = set(type(output).model_fields)
     assert VERL_REQUIRED_FIELDS <= fields <= VERL_OUTPUT_FIELDS
-    assert set(output.metrics) <= VERL_METRICS
+    metrics = output.metrics if isinstance(output.metrics, dict) else output.metrics.model_dump()
+    assert set(metrics) <= VERL_METRICS
     n = len(output.response_ids)
     assert 0 < n <= RESPONSE_LENGTH
     assert len(output.response_mask) == len(output.response_logprobs) == n
@@ -236,61 +250,6 @@ async def test_agent_loop_output_follows_verl_contract(env, env_config, sampler,
     assert extra["stop_reason"]
 
 
-async def test_padded_batch_equals_verl_postprocess(sampler, tokenizer):
-    """verl pads each output like ``_agent_loop_postprocess``; our hand-off pads
-    samples; for the same rollout both give the same tensors."""
-    env_config = {"tasks": 2, "limits": {"max_turns": 3, "max_tokens_per_turn": 8,
-                                         "on_truncated_action": "pass"}}  # fmt: skip
-    server = ServerManager(sampler)
-    loop = instantiate_like_verl(
-        adapter.agent_loop_config("guess_number", env_config)[0], server, tokenizer
-    )
-    outputs = []
-    for row in adapter.verl_rows("guess_number", env_config=env_config, n=2):
-        outputs.append(await loop.run(sampling_params(), **row_fields(row)))
-    pad = tokenizer.pad_token_id
-
-    def verl_pad(out):  # verl 0.9.1 _agent_loop_postprocess, text-only path
-        p, r = out.prompt_ids, out.response_ids
-        prompt = torch.tensor([[pad] * (PROMPT_LENGTH - len(p)) + p])
-        prompt_attn = torch.tensor([[0] * (PROMPT_LENGTH - len(p)) + [1] * len(p)])
-        response = torch.tensor([r + [pad] * (RESPONSE_LENGTH - len(r))])
-        response_attn = torch.tensor([[1] * len(r) + [0] * (RESPONSE_LENGTH - len(r))])
-        mask = torch.tensor([out.response_mask + [0] * (RESPONSE_LENGTH - len(r))]) * response_attn
-        attention = torch.cat([prompt_attn, response_attn], dim=1)
-        logprobs = torch.tensor([out.response_logprobs + [0.0] * (RESPONSE_LENGTH - len(r))])
-        return {
-            "prompts": prompt,
-            "responses": response,
-            "response_mask": mask,
-            "input_ids": torch.cat([prompt, response], dim=1),
-            "attention_mask": attention,
-            "position_ids": torch.clip(torch.cumsum(attention, dim=-1) - 1, min=0),
-            "rollout_log_probs": logprobs,
-        }
-
-    theirs = [verl_pad(o) for o in outputs]
-    samples = [
-        TrainingSample(
-            tokens=o.prompt_ids + o.response_ids,
-            loss_mask=[0] * len(o.prompt_ids) + o.response_mask,
-            logprobs=[0.0] * len(o.prompt_ids) + o.response_logprobs,
-            advantages=[0.0] * (len(o.prompt_ids) + len(o.response_ids)),
-            group_index=0,
-            traj_index=i,
-            sample_index=0,
-            reward=o.reward_score,
-            prompt_length=len(o.prompt_ids),
-        )
-        for i, o in enumerate(outputs)
-    ]
-    ours = to_verl_batch(samples, pad, prompt_length=PROMPT_LENGTH, response_length=RESPONSE_LENGTH)
-    for key in theirs[0]:
-        stacked = torch.cat([t[key] for t in theirs], dim=0)
-        assert torch.equal(ours[key].to(stacked.dtype), stacked), key
-        assert ours[key].shape == stacked.shape, key
-
-
 async def test_response_budget_is_verls_response_length(sampler, tokenizer):
     env_config = {"tasks": 1, "limits": {"max_turns": 6, "max_tokens_per_turn": 8,
                                          "on_truncated_action": "pass"}}  # fmt: skip
@@ -315,3 +274,32 @@ async def test_aborted_generation_is_a_policy_error(sampler, tokenizer):
     (row,) = adapter.verl_rows("guess_number", n=1)
     with pytest.raises(PolicyError, match="aborted"):
         await loop.run(sampling_params(), **row_fields(row))
+
+
+@pytest.mark.skipif(not adapter.VERL_AVAILABLE, reason="verl's own registry is needed")
+def test_registration_keeps_the_config_files_entry():
+    """verl's worker loads the agent loop file before it imports this module: the
+    import must not replace the file's entry (its env_config) with a bare one."""
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+    (entry,) = adapter.agent_loop_config("guess_number", {"tasks": 2})
+    saved = dict(_agent_loop_registry)
+    try:
+        _agent_loop_registry[adapter.AGENT_NAME] = entry
+        adapter._register(adapter.AGENT_NAME)(adapter.AgentenvsAgentLoop)
+        assert _agent_loop_registry[adapter.AGENT_NAME] is entry
+        del _agent_loop_registry[adapter.AGENT_NAME]
+        adapter._register(adapter.AGENT_NAME)(adapter.AgentenvsAgentLoop)
+        assert _agent_loop_registry[adapter.AGENT_NAME] == adapter.AGENT_LOOP_REGISTRY["agentenvs"]
+    finally:
+        _agent_loop_registry.clear()
+        _agent_loop_registry.update(saved)
+
+
+def test_trajectories_from_a_batch_without_ours_is_a_clear_error():
+    with pytest.raises(ValueError, match="no agentenvs_trajectory"):
+        adapter.trajectories_from_verl_batch({"agent_name": ["tool_agent"]})
+    with pytest.raises(ValueError, match="row 1 has no agentenvs trajectory"):
+        adapter.trajectories_from_verl_batch(
+            {"agentenvs_trajectory": [{"transitions": [], "final_ob": []}, None]}
+        )

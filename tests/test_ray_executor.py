@@ -20,6 +20,7 @@ from agentenvs.rollout.cli import app
 from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.collect.executors.ray_executor import RayExecutor
 from agentenvs.rollout.collect.store import TrajectoryStore
+from agentenvs.rollout.collect.streaming import collect_streaming
 from agentenvs.rollout.collect.tree import BranchSchedule, as_trees
 from agentenvs.rollout.policies import make_policy
 
@@ -130,6 +131,26 @@ async def test_tree_rollouts_keep_their_tree_through_the_actors(executor, tokeni
     for line in stores["ray"].values():
         assert len(line["extra"]["tree"]["leaves"]) == len(line["trajectories"]) == 2
     assert stores["ray"] == stores["in-process"]
+
+
+@in_module_loop
+async def test_streaming_collection_through_the_actors_stores_the_in_process_records(
+    executor, tokenizer, tmp_path
+):
+    stored, handed = {}, {}
+    for kind in ("in-process", "ray"):
+        store = TrajectoryStore(tmp_path / f"{kind}.jsonl")
+        chosen = {"executor": executor} if kind == "ray" else {}
+        records, stats = await collect_streaming(
+            flagship_builders("guess_number", tokenizer, groups=4, group_size=2),
+            make_policy("scripted"), concurrency=2, store=store, **chosen,
+        )  # fmt: skip
+        assert (stats.handed, stats.failed) == (4, 0)
+        handed[kind] = sorted(r.key for r in records)
+        stored[kind] = {d["key"]: d for d in stored_lines(store.path)}
+    assert handed["ray"] == handed["in-process"] == sorted(stored["ray"])
+    assert stored["ray"] == stored["in-process"]
+    assert set(stored["ray"]) <= set(executor.placements)  # each group ran in an actor
 
 
 @in_module_loop

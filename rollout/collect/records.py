@@ -4,7 +4,10 @@ This is the contract between the collector (writes), the store (resume), the
 viewer, ``agentenvs check`` and every hand-off (read). Observations are stored
 delta-encoded: a transition whose observation extends the previous context
 (observation + action) stores only the new tokens, so a long multi-turn episode
-costs linear, not quadratic, space.
+costs linear, not quadratic, space. The leaves of a tree rollout go further: a
+leaf stores only its part after the branch turn and a reference to its parent for
+the shared prefix (``shared_prefix.py``); such a record is format 2, every other
+record stays format 1, which older readers still read.
 """
 
 from __future__ import annotations
@@ -20,8 +23,13 @@ from agentenvs.envs.types import (
     TrajectoryGroup,
     Transition,
 )
+from agentenvs.rollout.collect.shared_prefix import PrefixRef, encode_leaves, restore_leaves
 
 FORMAT_VERSION = 1
+"""A record whose trajectories are all stored whole."""
+SHARED_PREFIX_FORMAT = 2
+"""A record with at least one leaf stored as a reference to its parent's prefix."""
+READABLE_FORMATS = (FORMAT_VERSION, SHARED_PREFIX_FORMAT)
 
 
 def trajectory_to_json(traj: Trajectory) -> dict[str, Any]:
@@ -62,7 +70,9 @@ def trajectory_from_json(data: dict[str, Any]) -> Trajectory:
         if prefix > len(context):
             raise ValueError(f"ob_prefix {prefix} is longer than the context ({len(context)})")
         ob = context[:prefix] + list(item["ob_new"])
-        ac = TokensWithLogprobs(list(item["ac"]), item.get("logprobs"), item["sampler_stop"])
+        logprobs = item.get("logprobs")
+        logprobs = None if logprobs is None else list(logprobs)  # siblings share stored lists
+        ac = TokensWithLogprobs(list(item["ac"]), logprobs, item["sampler_stop"])
         transitions.append(
             Transition(
                 ob=ob,
@@ -98,11 +108,22 @@ class GroupRecord:
     run: dict[str, Any] = field(default_factory=dict)
     """The run's identity (:class:`~agentenvs.rollout.collect.run_identity.RunIdentity`
     as JSON): what a resume compares before appending to this store."""
+    stored_prefixes: dict[int, PrefixRef] = field(default_factory=dict, compare=False, repr=False)
+    """Leaves that were read as a reference to their parent's prefix (set by
+    :meth:`from_json`, so ``agentenvs check`` can compare them with ``extra["tree"]``;
+    :meth:`to_json` works them out again from the tree)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, share_prefixes: bool = True) -> dict[str, Any]:
+        """The stored form. ``share_prefixes=False`` writes every leaf whole (format 1,
+        as before trees were stored by reference)."""
         group = self.group
+        trajectories: list[dict[str, Any]] = []
+        shared = 0
+        if group is not None:
+            tree = self.extra.get("tree") if share_prefixes else None
+            trajectories, shared = encode_leaves(group.trajectories, tree, trajectory_to_json)
         return {
-            "format": FORMAT_VERSION,
+            "format": SHARED_PREFIX_FORMAT if shared else FORMAT_VERSION,
             "key": self.key,
             "env": self.env,
             "task_id": self.task_id,
@@ -115,7 +136,7 @@ class GroupRecord:
             "created": self.created,
             "run": self.run,
             "tags": group.tags if group else [],
-            "trajectories": [trajectory_to_json(t) for t in group.trajectories] if group else [],
+            "trajectories": trajectories,
             "group_rewards": group.group_rewards if group else [],
             "group_metrics": group.group_metrics if group else [],
             "total_rewards": group.total_rewards() if group else [],
@@ -124,13 +145,16 @@ class GroupRecord:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> GroupRecord:
         version = data.get("format", FORMAT_VERSION)
-        if version != FORMAT_VERSION:
-            raise ValueError(f"unsupported trajectory format {version} (expected {FORMAT_VERSION})")
+        if version not in READABLE_FORMATS:
+            expected = " or ".join(str(v) for v in READABLE_FORMATS)
+            raise ValueError(f"unsupported trajectory format {version} (expected {expected})")
         group = None
+        refs: dict[int, PrefixRef] = {}
         if data.get("status", "ok") == "ok":
             metrics: list[Metrics] = [dict(m) for m in data.get("group_metrics", [])]
+            whole, refs = restore_leaves(data["trajectories"])
             group = TrajectoryGroup(
-                trajectories=[trajectory_from_json(t) for t in data["trajectories"]],
+                trajectories=[trajectory_from_json(t) for t in whole],
                 group_rewards=[float(r) for r in data["group_rewards"]],
                 group_metrics=metrics,
                 tags=list(data.get("tags", [])),
@@ -148,4 +172,5 @@ class GroupRecord:
             extra=dict(data.get("extra", {})),
             created=float(data.get("created", 0.0)),
             run=dict(data.get("run") or {}),
+            stored_prefixes=refs,
         )

@@ -16,7 +16,10 @@ row, the prompt left-padded and the response right-padded (see
   logprobs, 0.0 on observation tokens and padding. verl normally recomputes
   ``old_log_probs`` with the actor; a trainer that trusts the sampler can use
   these, and verl's rollout-correction code reads ``rollout_log_probs``;
-* ``advantages`` ``[B, R]`` (float32): 0.0 off ``response_mask``.
+* ``advantages`` ``[B, R]`` (float32): 0.0 off ``response_mask``;
+* ``rm_scores`` ``[B, R]`` (float32): the sample's reward on its last response
+  token, 0.0 elsewhere, where verl's agent loop puts a loop's ``reward_score``
+  (its trainer then skips its own reward manager).
 
 Extra per-row tensors keep the provenance: ``group_index``, ``traj_index``,
 ``sample_index`` (int64), ``reward`` and ``trajectory_advantage`` (float64) and
@@ -73,6 +76,7 @@ def to_verl_batch(
     response_mask = np.zeros((size, width_r), dtype=np.int64)
     logprobs = np.zeros((size, width_r), dtype=np.float32)
     advantages = np.zeros((size, width_r), dtype=np.float32)
+    rm_scores = np.zeros((size, width_r), dtype=np.float32)
     for row, sample in enumerate(samples):
         p = sample.prompt_length
         end = width_p + len(sample.tokens) - p
@@ -81,6 +85,8 @@ def to_verl_batch(
         response_mask[row, : end - width_p] = sample.loss_mask[p:]
         logprobs[row, : end - width_p] = sample.logprobs[p:]
         advantages[row, : end - width_p] = sample.advantages[p:]
+        # verl indexes by (response length - 1): an empty response scores the last column.
+        rm_scores[row, end - width_p - 1] = sample.reward
 
     input_ids = torch.from_numpy(ids)
     attention_mask = torch.from_numpy(attention)
@@ -103,6 +109,7 @@ def to_verl_batch(
         "old_log_probs": old_log_probs,
         "rollout_log_probs": old_log_probs.clone(),
         "advantages": torch.from_numpy(advantages),
+        "rm_scores": torch.from_numpy(rm_scores),
         "group_index": torch.tensor([s.group_index for s in samples], dtype=torch.int64),
         "traj_index": torch.tensor([s.traj_index for s in samples], dtype=torch.int64),
         "sample_index": torch.tensor([s.sample_index for s in samples], dtype=torch.int64),

@@ -8,7 +8,9 @@ which is how JavaScript indexes strings), the token ids, and logprobs rounded
 to 4 decimals, which is all hovering and shading need.
 
 Settings shared by many groups (provenance, env config) are stored once and
-referred to by index, so a 100-group run does not repeat them 100 times.
+referred to by index, so a 100-group run does not repeat them 100 times. A tree
+rollout's group also carries its tree (``tree_page.py``): branch points, the value
+of each branch and each leaf's parent.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.inspect.tree_page import tree_data
 from agentenvs.rollout.inspect.viewer import (
     GroupView,
     Span,
@@ -161,6 +164,7 @@ def group_data(tokenizer: Any, record: GroupRecord, index: int, shared: _Shared)
         "trajs": [
             trajectory_data(t, a) for t, a in zip(view.trajectories, advantages, strict=True)
         ],
+        "tree": tree_data(record),
     }
 
 

@@ -13,6 +13,13 @@ relate (``collect/tree.py``). Two things must hold before training on it:
   turn's observation. A difference there means a fork did not copy its past, and
   the sibling comparison the tree advantages make is void.
 
+A leaf stored by reference (``collect/shared_prefix.py``) is restored from its
+parent, so its prefix holds by construction; what can still be wrong is the
+reference itself. A reference that cannot be restored (a branch turn beyond the
+parent's length, a parent that is not an earlier leaf) makes the store unreadable,
+with a message naming the line and leaf; one that can be restored but disagrees with
+the tree description (another parent, another turn) is a structure failure here.
+
 Both report under ``fixed_trajectory``. Records without a tree produce no finding at all,
 so ordinary runs read as before.
 """
@@ -66,6 +73,24 @@ def _structure_problem(record: GroupRecord, tree: dict[str, Any]) -> str | None:
     forks = tree.get("forks")
     if forks is not None and int(forks) != len(leaves) - roots:
         return f"{forks} forks recorded but {len(leaves)} leaves from {roots} root(s)"
+    return _reference_problem(record, tree)
+
+
+def _reference_problem(record: GroupRecord, tree: dict[str, Any] | None) -> str | None:
+    """A leaf stored by reference must name the parent and branch turn the tree names."""
+    if not record.stored_prefixes:
+        return None
+    if not tree:
+        return f"{len(record.stored_prefixes)} leaves are stored by reference but no tree says how"
+    leaves = tree["leaves"]
+    for index, ref in sorted(record.stored_prefixes.items()):
+        leaf = leaves[index]
+        if (leaf.get("parent"), leaf.get("branch_turn")) != (ref.parent, ref.branch_turn):
+            return (
+                f"leaf {index}: stored as sharing the prefix of leaf {ref.parent} up to turn "
+                f"{ref.branch_turn}, but the tree names parent {leaf.get('parent')} at turn "
+                f"{leaf.get('branch_turn')}"
+            )
     return None
 
 
@@ -93,10 +118,15 @@ def _prefix_problem(record: GroupRecord, tree: dict[str, Any]) -> str | None:
 def check_trees(records: Sequence[GroupRecord]) -> list[Finding]:
     """Findings for the tree groups among ``records`` ([] when there are none)."""
     trees = [(r, r.extra.get("tree")) for r in records if r.group is not None]
+    orphans = [r for r, t in trees if not t and r.stored_prefixes]
+    if orphans:
+        problem = _reference_problem(orphans[0], None)
+        return [Finding("fixed_trajectory", "fail", f"tree structure: {problem}", orphans[0].key)]
     trees = [(r, t) for r, t in trees if t]
     if not trees:
         return []
     leaves = sum(len(t.get("leaves") or []) for _, t in trees)
+    by_reference = sum(len(r.stored_prefixes) for r, _ in trees)
     findings = []
     for name, judge in (("structure", _structure_problem), ("shared prefix", _prefix_problem)):
         failed = next(
@@ -113,7 +143,12 @@ def check_trees(records: Sequence[GroupRecord]) -> list[Finding]:
             Finding(
                 "fixed_trajectory",
                 "pass",
-                f"tree {name} holds ({len(trees)} trees, {leaves} leaves)",
+                f"tree {name} holds ({len(trees)} trees, {leaves} leaves"
+                + (
+                    f"; {by_reference} stored by reference, restored from their parent)"
+                    if name == "shared prefix" and by_reference
+                    else ")"
+                ),
             )
         )
     return findings

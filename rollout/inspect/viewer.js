@@ -193,22 +193,29 @@
       g.tags.length ? el("span", { text: "tags " + g.tags.join(", ") }) : null
     ]));
     if (g.error) box.appendChild(el("pre", { cls: "error", text: g.error }));
+    var leaves = g.tree && g.tree.leaves ? g.tree.leaves : null;
+    if (g.tree) box.appendChild(treeSection(g));
     if (g.trajs.length) {
-      var table = el("table", { cls: "trajectories" }, [headRow(["trajectory", "total reward", "step rewards", "group reward", "advantage", "stop reason", "turns", "sampled tok", "masked tok", "samples", "group metrics"])]);
+      var names = ["trajectory", "total reward", "step rewards", "group reward", "advantage", "stop reason", "turns", "sampled tok", "masked tok", "samples", "group metrics"];
+      var table = el("table", { cls: "trajectories" }, [headRow(leaves ? names.concat(["forked from", "at turn"]) : names)]);
       g.trajs.forEach(function (t, i) {
-        table.appendChild(el("tr", null, [numCell(i), numCell(t.reward), numCell(t.step), numCell(t.group), numCell(t.adv), cell(t.stop), numCell(t.turns.length), numCell(t.sampled), numCell(t.masked), numCell(t.samples), cell(metricsText(g.gm[i]))]));
+        var cells = [numCell(i), numCell(t.reward), numCell(t.step), numCell(t.group), numCell(t.adv), cell(t.stop), numCell(t.turns.length), numCell(t.sampled), numCell(t.masked), numCell(t.samples), cell(metricsText(g.gm[i]))];
+        if (leaves) cells.push(numCell(leaves[i].parent), numCell(viewerTurn(leaves[i].branch_turn)));
+        table.appendChild(el("tr", null, cells));
       });
       box.appendChild(table);
     }
     g.trajs.forEach(function (t, i) {
-      var details = el("details", { cls: "traj", id: "g" + g.i + "t" + i }, [
-        el("summary", { text: "trajectory " + i + " · reward " + fmt(t.reward) + " · advantage " + fmt(t.adv) + " · " + (t.stop || "no stop reason") + " · " + t.turns.length + " turn(s)" })
-      ]);
+      var summary = "trajectory " + i + " · reward " + fmt(t.reward) + " · advantage " + fmt(t.adv) + " · " + (t.stop || "no stop reason") + " · " + t.turns.length + " turn(s)";
+      if (leaves && leaves[i].parent !== null && leaves[i].parent !== undefined) {
+        summary += " · forked from trajectory " + leaves[i].parent + " at turn " + viewerTurn(leaves[i].branch_turn);
+      }
+      var details = el("details", { cls: "traj", id: "g" + g.i + "t" + i }, [el("summary", { text: summary })]);
       var drawn = false;
       function draw() {
         if (drawn || !details.open) return;
         drawn = true;
-        details.appendChild(stream(t));
+        details.appendChild(stream(t, leaves ? leaves[i].branch_turns.map(viewerTurn) : []));
         details.appendChild(turnTable(t));
       }
       details.addEventListener("toggle", draw);
@@ -219,12 +226,77 @@
     box.appendChild(el("details", null, [el("summary", { cls: "muted", text: "provenance and config" }), el("pre", { cls: "json", text: JSON.stringify(json, null, 2) })]));
   }
 
+  // ---- a tree rollout's tree -----------------------------------------------------------------
+  // The record counts turns from 1 (branch_turn); the streams and turn tables count from 0.
+  function viewerTurn(recordTurn) { return recordTurn === null || recordTurn === undefined ? null : recordTurn - 1; }
+  function signed(v) { return v === null || v === undefined ? "-" : (v > 0 ? "+" : "") + fmt(v); }
+
+  function showLeaf(g, j) {
+    var details = document.getElementById("g" + g.i + "t" + j);
+    if (!details) return;
+    Array.prototype.forEach.call(document.querySelectorAll("#detail details.traj.focus"), function (d) { d.classList.remove("focus"); });
+    details.classList.add("focus");
+    details.open = true;
+    details.dispatchEvent(new Event("toggle"));
+    $("detail").dataset.leaf = String(j);
+    if (details.scrollIntoView) details.scrollIntoView({ block: "start" });
+  }
+
+  function leafButton(g, j) {
+    var button = el("button", { cls: "leaf-link", "data-leaf": String(j), text: "trajectory " + j });
+    button.addEventListener("click", function () { showLeaf(g, j); });
+    return button;
+  }
+
+  function leafLine(g, j) {
+    var info = g.tree.leaves[j];
+    var line = el("span", { cls: "leaf", "data-leaf": String(j) }, [document.createTextNode(" → "), leafButton(g, j), document.createTextNode(" reward " + fmt(g.rewards[j]))]);
+    if (info.parent !== null && info.parent !== undefined) {
+      line.appendChild(document.createTextNode(" · forked from "));
+      var parent = leafButton(g, info.parent);
+      parent.classList.add("parent-link");
+      line.appendChild(parent);
+      line.appendChild(document.createTextNode(" at turn " + viewerTurn(info.branch_turn)));
+    }
+    return line;
+  }
+
+  function nodeItem(g, node, label) {
+    var nodes = g.tree.nodes;
+    var item = el("li", { cls: "node", "data-node": String(node.id) }, [
+      el("span", { cls: "node-head" }, [el("b", { text: label }), el("span", { cls: "value", text: " · value " + fmt(node.value) + (node.gain === null ? "" : " (gain " + signed(node.gain) + ")") + " · " + node.leaves + (node.leaves === 1 ? " leaf" : " leaves") })])
+    ]);
+    if (node.leaf !== null) item.appendChild(leafLine(g, node.leaf));
+    if (node.children.length) {
+      item.appendChild(el("div", { cls: "branch-point", "data-turn": String(viewerTurn(node.turn)), text: "branch point at turn " + viewerTurn(node.turn) + (node.trigger ? " (" + node.trigger + ")" : "") + ": " + node.children.length + " branches" }));
+      item.appendChild(el("ul", null, node.children.map(function (id) {
+        var child = nodes[id];
+        return nodeItem(g, child, "branch " + child.path[child.path.length - 1]);
+      })));
+    }
+    return item;
+  }
+
+  function treeSection(g) {
+    var tree = g.tree, section = el("section", { cls: "tree" });
+    if (tree.note) {
+      section.appendChild(el("p", { cls: "error", text: tree.note }));
+      return section;
+    }
+    section.appendChild(el("h3", { text: "tree: " + tree.roots.length + " root(s), " + tree.branch_points + " branch point(s), " + tree.leaves.length + " leaves" }));
+    section.appendChild(el("p", { cls: "muted", text: "value: mean reward of the leaves under a node; gain: its value minus its parent's, what taking that branch gained over the siblings' mean (the tree_segment advantage). Turns are numbered as in the streams below." }));
+    section.appendChild(el("ul", { cls: "tree-roots" }, tree.roots.map(function (id) {
+      return nodeItem(g, tree.nodes[id], "root " + tree.nodes[id].root);
+    })));
+    return section;
+  }
+
   function shadeFor(lp) {
     var p = Math.exp(lp);  // certain tokens stay green; unlikely ones turn red
     return "hsl(" + Math.round(120 * p) + ", 70%, 82%)";
   }
 
-  function stream(t) {
+  function stream(t, branchTurns) {
     var pre = el("pre", { cls: "stream" }), shade = $("shade").checked, lastTurn = null;
     t.spans.forEach(function (span) {
       if (span.restart) pre.appendChild(el("span", { cls: "restart", text: "new training sample: the template did not extend the conversation" }));
@@ -232,6 +304,8 @@
         pre.appendChild(el("span", { cls: "turn", text: "turn " + span.turn }));
         lastTurn = span.turn;
       }
+      // Siblings share everything up to here (the turn's observation); their actions differ.
+      if (span.k === "s" && branchTurns.indexOf(span.turn) >= 0) pre.appendChild(el("span", { cls: "turn branch", text: "branch point: siblings differ from here" }));
       var seg = el("span", { cls: "seg " + KINDS[span.k] });
       var start = 0, token = 0, special = {};
       (span.sp || []).forEach(function (i) { special[i] = true; });

@@ -18,6 +18,14 @@ From the cookbook to agentenvs
     collector, store and viewer run it; :func:`collect_from_cookbook` does all of
     it and writes a file ``agentenvs view`` reads.
 
+Per-turn stamps: under the cookbook's runner, :class:`PolicyCompleter` gives each
+turn the same slot agentenvs' own rollout does (so a seeded server policy derives
+the same per-turn seeds and a group's episodes differ), and the policy's stamp
+(the seed, the verified weights that served the turn) lands in the cookbook
+transition's ``logs`` under ``policy/...``, as in agentenvs' trajectories.
+:func:`cookbook_provenance` names the policy, the served model and the oldest
+weights version the group's turns record.
+
 Stop reasons: Tinker's sampler reports ``stop`` (a stop sequence or EOS) or
 ``length``. agentenvs splits ``stop`` into ``stop`` and ``eos``; going in, an
 action that ends with the environment's end-of-turn marker (or an EOS id given to
@@ -61,11 +69,21 @@ from agentenvs.envs.types import (
 from agentenvs.rollout.collect.rollouts import (
     RolloutSlot,
     check_policy_output,
+    current_group_key,
     current_slot,
     turn_token_cap,
 )
 from agentenvs.rollout.handoff.tinker import to_cookbook_group
-from agentenvs.rollout.policies.base import Policy, PolicyError, PolicyFactory, policy_for
+from agentenvs.rollout.policies.base import (
+    Policy,
+    PolicyError,
+    PolicyFactory,
+    TurnSlot,
+    current_turn,
+    policy_for,
+    turn_logs,
+)
+from agentenvs.rollout.weights.stamps import with_turn_versions
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +135,11 @@ class CookbookEnv(cookbook.Env):
         self.env = env
         self.index = index
         self.eos_token_ids = frozenset(eos_token_ids)
+        self.turns = 0
+        """Actions stepped so far: the turn number of the next one."""
+        self.pending_logs: dict[str, Any] = {}
+        """The ``policy/...`` stamp of the action the completer just returned, which
+        the next :meth:`step` records (the cookbook's runner drops the stamp)."""
 
     @property
     def rollout_limits(self) -> RolloutLimits | None:
@@ -135,13 +158,15 @@ class CookbookEnv(cookbook.Env):
             (extra or {}).get("stop_reason"), action, self.env, self.eos_token_ids
         )
         result = await self.env.step(list(action), extra={"stop_reason": reason})
+        stamp, self.pending_logs = self.pending_logs, {}
+        self.turns += 1
         return cookbook.StepResult(
             reward=result.reward,
             episode_done=result.episode_done,
             next_observation=tinker.ModelInput.from_ints(list(result.next_observation)),
             next_stop_condition=list(result.next_stop_condition),
             metrics=dict(result.metrics),
-            logs=dict(result.logs),
+            logs={**result.logs, **stamp},
         )
 
 
@@ -310,6 +335,10 @@ class PolicyCompleter(TokenCompleter):
     :class:`CookbookEnv`; the slot it sees (:data:`current_slot`) is the env's
     position in its group, exactly as under agentenvs' own ``do_group_rollout``.
     A policy without logprobs gets 0.0 per token (the cookbook requires them).
+
+    Inside a :class:`CookbookEnv` episode each call runs in the turn's slot
+    (:data:`current_turn`: the group key if a collector set one, the env's index,
+    the turn number), and the policy's stamp is handed to the env's next step.
     """
 
     policy: Policy | PolicyFactory
@@ -326,15 +355,29 @@ class PolicyCompleter(TokenCompleter):
         max_tokens: int | None = None,
     ) -> CookbookTokens:
         policy = self._resolve()
-        out = check_policy_output(
-            await policy(_ints(model_input), list(stop), max_tokens=max_tokens), max_tokens
-        )
+        env = _current_env.get()
+        slot = None
+        if env is not None:
+            slot = current_turn.set(TurnSlot(current_group_key.get(), env.index, env.turns))
+        try:
+            answer = await policy(_ints(model_input), list(stop), max_tokens=max_tokens)
+        finally:
+            if slot is not None:
+                current_turn.reset(slot)
+        out = check_policy_output(answer, max_tokens)
+        if env is not None:
+            env.pending_logs = turn_logs(out)
         logprobs = [0.0] * len(out.tokens) if out.logprobs is None else list(out.logprobs)
         return CookbookTokens(
             tokens=list(out.tokens),
             maybe_logprobs=logprobs,
             stop_reason=to_tinker_stop_reason(out.stop_reason),
         )
+
+    def provenance(self) -> dict[str, Any]:
+        """The policy's own provenance (model, sampling settings, weights), if it has one."""
+        describe = getattr(self.policy, "provenance", None)
+        return dict(describe()) if callable(describe) else {"policy": type(self.policy).__name__}
 
     def _resolve(self) -> Policy:
         if not getattr(self.policy, "per_env", False):
@@ -355,6 +398,14 @@ class PolicyCompleter(TokenCompleter):
             current_slot.reset(token)
         self._per_env[env] = made
         return made
+
+
+def cookbook_provenance(completer: PolicyCompleter, group: cookbook.TrajectoryGroup) -> dict:
+    """What sampled a cookbook group: the completer's policy provenance (for a server
+    policy: its URL, served model and the weights identity it holds now), with
+    ``weights_version`` set to the oldest version the group's turns were stamped
+    with, and ``weights_versions`` listing them all when a sync landed mid-group."""
+    return with_turn_versions(completer.provenance(), from_cookbook_group(group))
 
 
 # ---- cookbook -> agentenvs ----------------------------------------------------------------------

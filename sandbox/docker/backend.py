@@ -45,6 +45,7 @@ from agentenvs.sandbox.local.launch import UidAllocator
 from agentenvs.sandbox.local.worker import WorkerDead, WorkerStartError
 from agentenvs.sandbox.supervised import (
     MB,
+    SESSION_FORK_LIMIT,
     SESSION_PROCESSES,
     SupervisedSandbox,
 )
@@ -221,7 +222,7 @@ class DockerSandbox(SupervisedSandbox[ContainerWorker]):
         self._settings = ContainerSettings(
             image=cfg.docker_image,
             memory_bytes=cfg.memory_limit_mb * MB + CONTAINER_HEADROOM_BYTES,
-            pids_limit=cfg.max_processes + SESSION_PROCESSES + 2,
+            pids_limit=cfg.max_processes + SESSION_PROCESSES + SESSION_FORK_LIMIT + 2,
             nano_cpus=int(self.cpus * 1e9),
             workdir_bytes=cfg.workdir_size_mb * MB,
             preload=self.preload,

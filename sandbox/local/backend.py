@@ -27,6 +27,7 @@ from agentenvs.sandbox.local.seccomp import build_seccomp_program
 from agentenvs.sandbox.local.worker import Worker, WorkerDead, WorkerStartError
 from agentenvs.sandbox.supervised import (
     MB,
+    SESSION_FORK_LIMIT,
     SESSION_PROCESSES,
     SupervisedSandbox,
     oom_between,
@@ -128,7 +129,7 @@ class LocalSandbox(SupervisedSandbox[Worker]):
             self._plan,
             cgroups=self._cgroups,
             uids=self._uids,
-            pids_max=self.config.max_processes + SESSION_PROCESSES + 2,
+            pids_max=self.config.max_processes + SESSION_PROCESSES + SESSION_FORK_LIMIT + 2,
             memory_limit_bytes=self.config.memory_limit_mb * MB + CGROUP_HEADROOM_BYTES,
         )
 

@@ -9,6 +9,16 @@ fresh envs, timeouts) here; only the finished group travels back, packed.
 A run's builders and policy reach the actor as one object-store entry each,
 deserialized once per actor and run (:meth:`EpisodeHost._session`), not once per
 group: a builder holds its tokenizer, about 50 kB pickled.
+
+A policy built from a :class:`PolicySpec` (a server's client) is built once per
+actor and kept across runs (its connection pool with it). The weights it samples
+with come from the driver: a weight sync moves the driver's policy to a new
+:class:`~agentenvs.rollout.weights.identity.WeightsIdentity`, the next group to
+start ships that identity (:class:`ShippedWeights`), and the actor's client takes
+it before that group's first turn, so it asks for the new adapter by name and
+stamps the new version (the actor's other episodes switch with it at their next
+turn, as in process). Identities are numbered by the driver and a client only
+moves forward: a late retry of a group shipped before the sync cannot move it back.
 """
 
 from __future__ import annotations
@@ -22,9 +32,19 @@ from typing import Any
 from agentenvs.rollout.collect.executors.bridge import BridgedPolicy
 from agentenvs.rollout.collect.executors.spec import PolicySpec
 from agentenvs.rollout.collect.executors.wire import pack_group
+from agentenvs.rollout.weights.identity import WeightsIdentity
 
 _KEPT_SESSIONS = 16
 """Decoded runs (builders, policies) an actor keeps: a streaming collection opens many."""
+
+
+@dataclass(frozen=True)
+class ShippedWeights:
+    """The driver policy's weights when a group started, and their place in the order
+    the driver saw them (``serial``: higher is newer)."""
+
+    identity: WeightsIdentity
+    serial: int
 
 
 @dataclass(frozen=True)
@@ -35,19 +55,46 @@ class ShippedPolicy:
     """``spec`` (build from a :class:`PolicySpec`), ``copy`` (a picklable per-env
     factory such as the scripted policy) or ``bridge`` (call back to the driver)."""
     value: Any
+    weights: ShippedWeights | None = None
+    """``spec`` only: what the actor's client must sample with (None: what it was built with)."""
 
 
-def policy_payload(policy: Any, spec: PolicySpec | None, mailbox: Any) -> ShippedPolicy:
+def driver_weights(policy: Any) -> WeightsIdentity | None:
+    """The weights a driver-side policy says it samples with, if it tracks them."""
+    weights = getattr(policy, "weights", None)
+    return weights if isinstance(weights, WeightsIdentity) else None
+
+
+def policy_payload(
+    policy: Any, spec: PolicySpec | None, mailbox: Any, weights: ShippedWeights | None = None
+) -> ShippedPolicy:
     if spec is not None:
-        return ShippedPolicy("spec", spec)
+        return ShippedPolicy("spec", spec, weights)
     if getattr(policy, "per_env", False):
         return ShippedPolicy("copy", policy)  # it needs the env, so it goes where the env is
     return ShippedPolicy("bridge", mailbox)
 
 
+@dataclass
+class BuiltClient:
+    """A policy an actor built from a spec, and the serial of the weights it holds."""
+
+    spec: PolicySpec
+    policy: Any
+    serial: int = -1
+
+    def adopt(self, weights: ShippedWeights | None) -> None:
+        if weights is None or weights.serial <= self.serial:
+            return
+        if hasattr(self.policy, "weights"):
+            self.policy.weights = weights.identity
+        self.serial = weights.serial
+
+
 class EpisodeHost:
     def __init__(self) -> None:
         self._sessions: OrderedDict[str, asyncio.Task] = OrderedDict()
+        self._clients: list[BuiltClient] = []
 
     async def where(self) -> dict[str, Any]:
         """Answered once the actor is up: proof that it was placed, and where."""
@@ -75,8 +122,27 @@ class EpisodeHost:
         """The run's builders and the policy, each decoded once per actor."""
         builders_ref, policy_ref = refs
         builders = await self._decoded(builders_ref, _as_is)
-        policy, described = await self._decoded(policy_ref, _usable_policy)
+        policy, described = await self._decoded(policy_ref, self._usable_policy)
         return builders, policy, described
+
+    def _usable_policy(self, shipped: ShippedPolicy) -> tuple[Any, bool]:
+        """The policy episodes call, and whether its provenance must be reported back."""
+        if shipped.kind == "spec":
+            client = self._client(shipped.value)
+            client.adopt(shipped.weights)
+            return client.policy, True
+        if shipped.kind == "copy":
+            return shipped.value, False
+        return BridgedPolicy(shipped.value), False
+
+    def _client(self, spec: PolicySpec) -> BuiltClient:
+        """The actor's one client for ``spec``, built on first use."""
+        for built in self._clients:
+            if built.spec == spec:
+                return built
+        built = BuiltClient(spec, spec.build())
+        self._clients.append(built)
+        return built
 
     async def _decoded(self, ref: Any, decode: Any) -> Any:
         """``decode(await ref)``, shared by concurrent groups and kept for later runs."""
@@ -97,12 +163,3 @@ class EpisodeHost:
 
 def _as_is(value: Any) -> Any:
     return value
-
-
-def _usable_policy(shipped: ShippedPolicy) -> tuple[Any, bool]:
-    """The policy episodes call, and whether its provenance must be reported back."""
-    if shipped.kind == "spec":
-        return shipped.value.build(), True
-    if shipped.kind == "copy":
-        return shipped.value, False
-    return BridgedPolicy(shipped.value), False

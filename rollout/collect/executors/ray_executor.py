@@ -9,8 +9,10 @@ actors, each running many groups concurrently on its own event loop.
 Policies (see :func:`~agentenvs.rollout.collect.executors.actor.policy_payload`):
 
 * with ``policy_spec`` (a network client such as the OpenAI-compatible policy),
-  each actor builds its own client and samples directly; the driver's copy is
-  used only to describe the run;
+  each actor builds its own client and samples directly; the driver's copy
+  describes the run and says which weights to sample with: each run ships the
+  driver policy's current ``weights`` identity, so after a weight sync in the
+  driver the actors' clients sample the new adapter and stamp the new version;
 * a per-env factory (scripted, replay) is copied to the actors, next to its envs;
 * any other policy (a model in the driver) stays in the driver, and actors call
   back to it through a mailbox (:mod:`.bridge`).
@@ -39,7 +41,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentenvs.envs.types import EnvGroupBuilder
-from agentenvs.rollout.collect.executors.actor import EpisodeHost, policy_payload
+from agentenvs.rollout.collect.executors.actor import (
+    EpisodeHost,
+    ShippedWeights,
+    driver_weights,
+    policy_payload,
+)
 from agentenvs.rollout.collect.executors.actor_pool import (
     ActorPool,
     Placement,
@@ -109,7 +116,8 @@ class RayExecutor(GroupExecutor):
         """Group key -> id of the Ray node its (last) attempt ran on."""
         self._owns_ray = False
         self._pools: dict[str, ActorPool] = {}
-        self._policies: dict[int, tuple[Any, Any]] = {}  # id(policy) -> (policy, ref)
+        self._policies: dict[int, tuple[Any, Any, Any]] = {}  # id -> (policy, weights, ref)
+        self._weights_serial = 0
         self._pumps: dict[int, DriverPump] = {}
 
     # ---- life cycle ------------------------------------------------------------------
@@ -160,7 +168,8 @@ class RayExecutor(GroupExecutor):
                 f"the group builders cannot be sent to Ray actors ({type(err).__name__}: "
                 f"{err}); builders must pickle (no open files, sockets or live envs)"
             ) from None
-        return RayRunner(self, pool, [builders_ref, self._policy_ref(policy)], builders)
+        self.policy_ref(policy)  # fails here, before any group, if it cannot be shipped
+        return RayRunner(self, pool, builders_ref, policy, builders)
 
     def placement_for(self, builders: Sequence[EnvGroupBuilder]) -> Placement:
         """The documented default (see the module docstring), or what was asked for."""
@@ -170,12 +179,18 @@ class RayExecutor(GroupExecutor):
         offered = env and any(env in node for node in live_nodes())
         return Placement(self.num_cpus, {env: 1.0} if offered else {})
 
-    def _policy_ref(self, policy: Any) -> Any:
-        """One object-store entry per policy, reused by every run (and actor cache)."""
+    def policy_ref(self, policy: Any) -> Any:
+        """One object-store entry per policy, reused by every run (and actor cache),
+        and a new one when the policy's weights changed (asked at each group's start)."""
         ray = _ray()
+        weights = driver_weights(policy) if self.policy_spec is not None else None
         known = self._policies.get(id(policy))
-        if known is not None and known[0] is policy:
-            return known[1]
+        if known is not None and known[0] is policy and known[1] == weights:
+            return known[2]
+        shipped = None
+        if weights is not None:  # new or changed (a sync): a new entry, a newer serial
+            self._weights_serial += 1
+            shipped = ShippedWeights(weights, self._weights_serial)
         mailbox = None
         if self.policy_spec is None and not getattr(policy, "per_env", False):
             pump = self._pumps.get(id(policy))
@@ -184,13 +199,13 @@ class RayExecutor(GroupExecutor):
             pump.start()
             mailbox = pump.mailbox
         try:
-            ref = ray.put(policy_payload(policy, self.policy_spec, mailbox))
+            ref = ray.put(policy_payload(policy, self.policy_spec, mailbox, shipped))
         except Exception as err:
             raise TypeError(
                 f"the policy cannot be sent to Ray actors ({type(err).__name__}: {err}); "
                 "pass policy_spec=PolicySpec(name, options) to build it in each actor"
             ) from None
-        self._policies[id(policy)] = (policy, ref)
+        self._policies[id(policy)] = (policy, weights, ref)
         return ref
 
 
@@ -199,12 +214,14 @@ class RayRunner(GroupRunner):
         self,
         executor: RayExecutor,
         pool: ActorPool,
-        refs: list[Any],
+        builders_ref: Any,
+        policy: Any,
         builders: Sequence[EnvGroupBuilder],
     ) -> None:
         self.executor = executor
         self.pool = pool
-        self.refs = refs
+        self.builders_ref = builders_ref
+        self.policy = policy
         self.index = {id(b): i for i, b in enumerate(builders)}
         self._described: dict[str, dict[str, Any]] = {}
 
@@ -219,9 +236,12 @@ class RayRunner(GroupRunner):
                 host = await self.pool.acquire()
             except PlacementError as err:
                 return _failed(key, f"PlacementError: {err}", lost, len(lost) + 1)
+            # The policy's entry is looked up per group: a sync since the last one
+            # gives a new entry, and the group's actor samples with the new weights.
+            refs = [self.builders_ref, self.executor.policy_ref(self.policy)]
             try:
                 outcome = await host.handle.run_group.remote(
-                    self.refs, index, key, retries, group_timeout
+                    refs, index, key, retries, group_timeout
                 )
             except ray.exceptions.RayTaskError as err:  # our actor code raised: not a loss
                 return _failed(
@@ -261,7 +281,7 @@ class RayRunner(GroupRunner):
         return policy if described is None else _Described(described)
 
     async def close(self) -> None:
-        self.refs = []  # the run's builders leave the object store with their last reference
+        self.builders_ref = None  # the run's builders leave the object store with it
 
 
 def _failed(key: str, reason: str, lost: list[str], attempts: int) -> GroupRecord:

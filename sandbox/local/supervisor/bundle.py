@@ -30,8 +30,10 @@ MODULES = (
     "leftovers",
     "files",
     "probe",
+    "forking",
     "chain",
     "sessions",
+    "session_table",
     "server",
 )
 """Every module that is shipped; ``bundle.py`` itself is not."""

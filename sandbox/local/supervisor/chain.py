@@ -18,6 +18,9 @@ the session protocol may be reachable from a cell's code, so the channels are sp
   and only then tells the supervisor, which adopts the new holder only when the cell's
   output pipes reached end-of-file (no writer of the cell is left).
 
+An idle holder also serves ``fork`` (a new session of the same worker, see
+``forking``): it forks itself, and the copy goes on serving cells on a channel of its own.
+
 What stays possible, as in any notebook: a cell shapes what later cells of the *same*
 session see (it can rebind ``print``, or rewrite its own interpreter with ctypes); the
 supervisor trusts only what the kernel vouches for (sender pids, exits) and kills every
@@ -40,6 +43,7 @@ import sys
 import time
 
 from . import usercode
+from .forking import fork_holder
 from .usercode import (
     INTERNAL_ERROR_EXIT,
     flush_std_streams,
@@ -154,6 +158,11 @@ def holder_loop(sock: socket.socket) -> None:
             msg = json.loads(data)
         except ValueError:
             msg = {}
+        if isinstance(msg, dict) and msg.get("op") == "fork" and len(fds) == 1:
+            handed = fork_holder(sock, msg, fds[0])
+            if handed is not None:
+                sock = handed  # this process is the fork: it holds a copy of the state
+            continue
         if not isinstance(msg, dict) or msg.get("op") != "cell" or len(fds) != 4:
             for fd in fds:
                 os.close(fd)

@@ -24,9 +24,11 @@ UTF-8 JSON):
    ``landlock`` (``{"read": [...], "write": [...], "write_files": [...]}`` or null),
    ``landlock_scope_signals``, ``subreaper``, ``pid_namespace``.
 3. ``hello`` event (supervisor -> host), then one response per request:
-   ``probe``, ``run``, ``session_open``, ``cell``, ``ping``, ``exit``.
+   ``probe``, ``run``, ``session_open``, ``session_fork``, ``session_close``, ``cell``,
+   ``ping``, ``exit``.
 
-Sessions (``session_open``, ``cell``) are in ``sessions``.
+Sessions (``session_open``, ``cell``) are in ``sessions``; ``session_fork`` forks a
+session's state holder into a new session of the same worker (``forking``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import time
 import traceback
 
 from .files import fetch_files, paths_problem, put_files
+from .forking import read_only_spec
 from .frames import dup_high, read_frame, write_frame
 from .leftovers import POSIX_MQUEUE_DIR, remove_ipc_objects
 from .outcome import Capture, classify, reported_exit, result_dict, return_code
@@ -64,6 +67,7 @@ from .restrictions import (
     set_name,
     vm_bytes,
 )
+from .session_table import SessionTable
 from .sessions import Holder
 from .usercode import (
     INTERNAL_ERROR_EXIT,
@@ -108,7 +112,9 @@ class Supervisor:
         """Why the last reset could not prove the worker clean (empty when it could)."""
         self.sweeper = Sweeper(bool(config.get("pid_namespace")))
         self.landlock: Landlock | None = None
-        self.session: Holder | None = None
+        self.sessions = SessionTable(self)
+        self.read_only_landlock: Landlock | None = None
+        """The Landlock of holders once a session forked (``forking``): no writes at all."""
         self.prepared: Prepared | None = None
         self.pending_reap: list[int] = []
         self.needs_cleanup = False
@@ -151,9 +157,9 @@ class Supervisor:
             prctl(PR_SET_CHILD_SUBREAPER, 1)
         spec = self.config.get("landlock")
         if spec is not None:
-            self.landlock = Landlock(
-                spec, scope_signals=bool(self.config.get("landlock_scope_signals", True))
-            )
+            scope = bool(self.config.get("landlock_scope_signals", True))
+            self.landlock = Landlock(spec, scope_signals=scope)
+            self.read_only_landlock = Landlock(read_only_spec(spec), scope_signals=scope)
             self.hello.update(landlock_abi=self.landlock.abi, landlock_error=self.landlock.error)
         else:
             self.hello.update(landlock_abi=None, landlock_error="disabled by the host")
@@ -191,8 +197,10 @@ class Supervisor:
             "ping": lambda req: {"ok": True},
             "probe": self.probe,
             "run": self.run,
-            "session_open": self.session_open,
-            "cell": self.cell,
+            "session_open": self.sessions.open,
+            "session_fork": self.sessions.fork,
+            "session_close": self.sessions.close,
+            "cell": self.sessions.cell,
         }
         while True:
             req = read_frame(self.proto_in)
@@ -535,8 +543,9 @@ class Supervisor:
         )
 
     def _cleanup(self) -> bool:
-        if self.session is not None and self.session.alive():
-            return self.sweeper.kill_except({self.session.pid})
+        holders = self.holder_pids()
+        if holders:
+            return self.sweeper.kill_except(holders)
         return self.sweeper.kill_all()
 
     # -- probe -----------------------------------------------------------------------
@@ -569,16 +578,18 @@ class Supervisor:
         return {"ok": True, "report": report}
 
     # -- sessions ----------------------------------------------------------------------
-    def session_open(self, req: dict) -> dict:
-        if self.session is not None:
-            self.session.close()
-        self.session = Holder(self, req.get("limits", {}))
-        return {"ok": True}
+    @property
+    def session(self) -> Holder | None:
+        """Any live session (stateless runs take the fast path only when there is none)."""
+        return self.sessions.any()
 
-    def cell(self, req: dict) -> dict:
-        if self.session is None:
-            return {"status": "sandbox_error", "message": "no session is open"}
-        return self.session.run_cell(req)
+    def holder_pids(self) -> set[int]:
+        """The processes the sweeper must spare: every live session's state holder."""
+        return self.sessions.holder_pids()
+
+    def holder_landlock(self) -> Landlock | None:
+        """What a new holder is confined by: read-only once any session of this worker forked."""
+        return self.read_only_landlock if self.sessions.forked else self.landlock
 
 
 def main() -> None:

@@ -13,6 +13,10 @@ The holder's and the cell's side of the chain are in ``chain`` (issue #11, class
 protocol descriptor reachable from a cell's code); this module is the supervisor's side,
 which believes a message only from the current holder's pid (``SCM_CREDENTIALS``) and
 adopts the holder it names only once the cell's output pipes reached end-of-file.
+
+A worker can hold several sessions (``session_table``: the opened one and its forks);
+each has a ``Holder`` here, and every sweep spares all of their holders. ``Holder.fork``
+is the supervisor's side of forking one (``forking`` is the holder's).
 """
 
 from __future__ import annotations
@@ -28,11 +32,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .chain import holder_loop, receive_with_sender
+from .leftovers import remove_ipc_objects
 from .outcome import Capture, classify, result_dict, return_code
 from .restrictions import cpu_limits, restrict_process
 from .usercode import INTERNAL_ERROR_EXIT, reset_signals, text_fd
 
 STOPPED_CHECK_SECONDS = 0.1
+FORKED_IPC_NOTE = (
+    "a System V shared memory segment was still attached when the cell ended; a forked "
+    "session cannot keep one (its forks share the worker's IPC namespace), so the cell's "
+    "variables were discarded"
+)
+FORK_TIMEOUT_SECONDS = 10.0
+"""A fork is an ``os.fork`` and a few reopened files: milliseconds; this bounds a stuck one."""
 """How often an idle wait looks whether the holder was stopped by its cell."""
 
 if TYPE_CHECKING:
@@ -42,7 +54,9 @@ if TYPE_CHECKING:
 class Holder:
     """The supervisor's side of one session's fork chain (see the module docstring)."""
 
-    def __init__(self, sup: Supervisor, limits: dict) -> None:
+    def __init__(
+        self, sup: Supervisor, limits: dict, *, adopt: tuple[socket.socket, int] | None = None
+    ) -> None:
         self.sup = sup
         self.limits = limits
         cpu_soft, _ = cpu_limits(limits)
@@ -53,7 +67,69 @@ class Holder:
         self.sock: socket.socket | None = None
         self.pid = 0
         self.pidfd = -1
-        self._start()
+        if adopt is None:
+            self._start()
+        else:  # a fork of another session's holder (``fork``), already running
+            self.sock = adopt[0]
+            self._track(adopt[1])
+
+    def fork(self) -> Holder | str:
+        """A new holder forked from this one's idle state, or why it could not be made.
+
+        The holder side is ``forking.fork_holder``; here the supervisor believes the
+        fork's existence only from the kernel: a ``ready`` on the fork's own channel,
+        whose sender pid is vouched for, after the parent reported success.
+        """
+        if not self.alive() or self.sock is None:
+            return "the session's state holder is gone"
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGCONT)
+        self._flush_stale()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        message = {"op": "fork", "landlock": self.sup.config.get("landlock")}
+        try:
+            socket.send_fds(self.sock, [json.dumps(message).encode()], [theirs.fileno()])
+        except OSError:
+            ours.close()
+            return "the session's state holder did not take the fork request"
+        finally:
+            theirs.close()
+        parent_said, fork_pid = self._await_fork(ours, time.monotonic() + FORK_TIMEOUT_SECONDS)
+        if parent_said.get("ok") and fork_pid > 1 and fork_pid not in self.sup.holder_pids():
+            return Holder(self.sup, self.limits, adopt=(ours, fork_pid))
+        ours.close()
+        if fork_pid > 1 and fork_pid not in self.sup.holder_pids():
+            with contextlib.suppress(OSError):
+                os.kill(fork_pid, signal.SIGKILL)
+        self.sup.sweeper.kill_except(self.sup.holder_pids())
+        return str(parent_said.get("message") or "the fork did not start in time")
+
+    def _await_fork(self, channel: socket.socket, deadline: float) -> tuple[dict, int]:
+        """The parent's ``forked`` report and the pid that said ``ready`` on ``channel``."""
+        assert self.sock is not None
+        parent_said: dict = {}
+        fork_pid = 0
+        waiting = [self.sock, channel]
+        while waiting and time.monotonic() < deadline:
+            ready, _, _ = select.select(waiting, [], [], max(0.0, deadline - time.monotonic()))
+            if self.sock in ready:
+                msg = self._recv()
+                if msg is not None and msg.get("event") == "eof":
+                    return {"message": "the session's state holder died during the fork"}, 0
+                if msg is not None and msg.get("event") == "forked":
+                    parent_said = msg
+                    waiting.remove(self.sock)
+                    if not msg.get("ok"):
+                        return parent_said, fork_pid
+            if channel in ready:
+                msg, sender = receive_with_sender(channel)
+                if msg.get("event") == "eof":
+                    waiting.remove(channel)
+                elif msg.get("event") == "ready" and sender > 1:
+                    fork_pid = sender
+                    waiting.remove(channel)
+        return parent_said, fork_pid
 
     def _start(self) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -66,7 +142,9 @@ class Holder:
                 null = os.open(os.devnull, os.O_RDWR)
                 for fd in (0, 1, 2):
                     os.dup2(null, fd)
-                restrict_process(self.limits, self.sup.landlock, cpu=(self.cpu_hard, self.cpu_hard))
+                restrict_process(
+                    self.limits, self.sup.holder_landlock(), cpu=(self.cpu_hard, self.cpu_hard)
+                )
                 keep = child.fileno()
                 os.closerange(3, keep)
                 os.closerange(keep + 1, 1 << 16)
@@ -96,7 +174,14 @@ class Holder:
         return not ready
 
     def close(self) -> None:
-        self.sup.sweeper.kill_all(timeout=2.0)
+        """Kill this holder (and anything else but the other sessions' holders)."""
+        others = self.sup.holder_pids() - {self.pid}
+        if others:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+            self.sup.sweeper.kill_except(others, timeout=2.0)
+        else:
+            self.sup.sweeper.kill_all(timeout=2.0)
         if self.sock is not None:
             self.sock.close()
             self.sock = None
@@ -224,7 +309,9 @@ class Holder:
                                     continue
                                 # Helpers the cell forked may hold its output open: they
                                 # die now, so only the cell itself can delay end-of-file.
-                                self.sup.sweeper.kill_except({candidate, self.pid})
+                                self.sup.sweeper.kill_except(
+                                    {candidate, self.pid} | self.sup.holder_pids()
+                                )
                         else:
                             wait.status, wait.cpu = _died_report(msg)
                     elif fd == self.pidfd:
@@ -262,7 +349,8 @@ class Holder:
         # The old holder serves no more cells once it handed its socket over.
         keep_holder = self.alive() and (wait.adopted or not wait.handed_over)
         sweeper.reaped.clear()
-        clean = sweeper.kill_except(({self.pid} if keep_holder else set()) | spare)
+        others = self.sup.holder_pids() - {self.pid}  # the other sessions' holders
+        clean = sweeper.kill_except(({self.pid} if keep_holder else set()) | spare | others)
         if not wait.finished and keep_holder:
             wait.status, wait.cpu = self._await_finished()
         capture.drain(time.monotonic() + 1.0)
@@ -278,7 +366,12 @@ class Holder:
             cpu_seconds=float(cpu_soft),
             cpu_used=wait.cpu,
         )
-        if not adopted and kind == "ok":
+        if self.sup.sessions.forked and not remove_ipc_objects().clean:
+            # The forks of a worker share its IPC namespace: a System V segment the new
+            # holder keeps attached would be reachable from a sibling. Its state goes.
+            adopted, keep_holder = False, False
+            kind, text = "error", FORKED_IPC_NOTE
+        elif not adopted and kind == "ok":
             text = (
                 "the cell's process exited before the end of the cell; its variables were discarded"
             )
