@@ -60,6 +60,15 @@ class LoopbackCluster:
 @contextmanager
 def loopback_cluster(head_cpus: float = 1, **workers: dict[str, Any]) -> Iterator[LoopbackCluster]:
     """A head plus one worker node per keyword (its ``add_node`` arguments), connected."""
+    from ray._private import ray_constants
+
+    if ray_constants.ENABLE_RAY_CLUSTER:  # read when ray was first imported
+        raise RuntimeError(
+            "ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set, so it "
+            "would rewrite 127.0.0.1 to the machine's outward address and the driver "
+            "would wait forever to join; set it before anything imports ray "
+            "(tests/conftest.py does)"
+        )
     tmpdir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     previous = os.environ.get("RAY_TMPDIR")
     os.environ["RAY_TMPDIR"] = tmpdir

@@ -161,7 +161,7 @@ async def collect(
     run = identity.to_json()
     done: set[str] = set()
     if store is not None:
-        done = keys_to_skip(store.path, store.contents().records, identity, new_run=new_run)
+        done = keys_to_skip(store.path, store.resume_facts(), identity, new_run=new_run)
     todo = [(i, k, b) for i, (k, b) in enumerate(zip(keys, builders, strict=True)) if k not in done]
     result = CollectionResult(skipped=len(builders) - len(todo))
     semaphore = asyncio.Semaphore(concurrency)

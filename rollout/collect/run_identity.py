@@ -15,6 +15,7 @@ changes them every step and still writes one run), server URLs and timeouts
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import weakref
@@ -42,8 +43,9 @@ class RunIdentity:
     """A canonical JSON of the policy's defining fields (kind, model, sampling)."""
     group_size: int | None = None
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
+        """A short hash of every field (computed once: resume compares it per record)."""
         payload = json.dumps(asdict(self), sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -149,11 +151,36 @@ def identity_of_record(record: GroupRecord) -> tuple[RunIdentity, bool]:
     return derived, False
 
 
-def _matches(record: GroupRecord, current: RunIdentity) -> bool:
-    stored, explicit = identity_of_record(record)
-    if explicit and stored.fingerprint == current.fingerprint:
+@dataclass(frozen=True, slots=True)
+class ResumeFacts:
+    """What a resume reads of one stored record: its key, outcome and run, no trajectories.
+
+    Deciding what to skip needs only these, so a store can keep them for every line
+    in memory (its resume index) instead of parsing every trajectory on every call."""
+
+    key: str
+    status: str
+    run_fingerprint: str
+    """The fingerprint as stored (``""`` for none): latest outcomes are kept per run and key."""
+    identity: RunIdentity
+    explicit: bool
+    """Whether ``identity`` was stored (see :func:`identity_of_record`)."""
+
+    @classmethod
+    def of(cls, record: GroupRecord) -> ResumeFacts:
+        identity, explicit = identity_of_record(record)
+        fingerprint = str(record.run.get("fingerprint", ""))
+        return cls(record.key, record.status, fingerprint, identity, explicit)
+
+    def group_slot(self) -> tuple[str, str]:
+        """The group this record is an outcome of (as ``store.record_slot`` names it)."""
+        return self.run_fingerprint, self.key
+
+
+def _matches(facts: ResumeFacts, current: RunIdentity) -> bool:
+    if facts.explicit and facts.identity.fingerprint == current.fingerprint:
         return True
-    return not _known_differences(stored, current)
+    return not _known_differences(facts.identity, current)
 
 
 def _known_differences(stored: RunIdentity, current: RunIdentity) -> list[str]:
@@ -167,19 +194,29 @@ class RunMismatchError(ValueError):
 
 
 def keys_to_skip(
-    path: Path, records: Sequence[GroupRecord], current: RunIdentity, *, new_run: bool
+    path: Path,
+    records: Sequence[GroupRecord] | Sequence[ResumeFacts],
+    current: RunIdentity,
+    *,
+    new_run: bool,
 ) -> set[str]:
     """The keys a collection resuming into this store skips; refuses another run's store.
 
     The store's latest run (that of its last record) must be this one, unless
     ``new_run`` asks to append a new run after it. Only this run's own ``ok``
     groups are skipped, so a new run appended to a file is never cut short by
-    another run's records with the same keys.
+    another run's records with the same keys. ``records`` may be whole records or
+    their :class:`ResumeFacts` (what :meth:`TrajectoryStore.resume_facts` keeps).
     """
     if not records:
         return set()
-    last, explicit = identity_of_record(records[-1])
-    differences = current.differences(last) if explicit else _known_differences(last, current)
+    facts = [r if isinstance(r, ResumeFacts) else ResumeFacts.of(r) for r in records]
+    last = facts[-1]
+    differences = (
+        current.differences(last.identity)
+        if last.explicit
+        else _known_differences(last.identity, current)
+    )
     if differences and not new_run:
         raise RunMismatchError(
             f"{path} holds a different run ({'; '.join(differences)}): resuming would mix "
@@ -188,4 +225,5 @@ def keys_to_skip(
         )
     from agentenvs.rollout.collect.store import latest_outcomes
 
-    return {r.key for r in latest_outcomes(records) if r.status == "ok" and _matches(r, current)}
+    latest = latest_outcomes(facts, slot=ResumeFacts.group_slot)
+    return {f.key for f in latest if f.status == "ok" and _matches(f, current)}

@@ -137,8 +137,8 @@ class StreamingCollection:
             env_config=options.get("env_config"),
             provenance=options.get("provenance"),
         )
-        records = self.store.contents().records
-        return keys_to_skip(self.store.path, records, identity, new_run=new_run)
+        facts = self.store.resume_facts()
+        return keys_to_skip(self.store.path, facts, identity, new_run=new_run)
 
     def staleness(self, record: GroupRecord) -> int | None:
         version, current = record_version(record), self.current_version()
