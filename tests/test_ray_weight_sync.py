@@ -14,6 +14,7 @@ shown to differ from the base model's, so a stale client cannot pass.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest_asyncio
 from ray_cluster import in_module_loop, two_node_cluster  # noqa: F401
@@ -30,16 +31,26 @@ from agentenvs.rollout.weights.stamps import VERSION_LOG
 from agentenvs.rollout.weights.sync import WeightSync
 
 
-@pytest_asyncio.fixture(loop_scope="module")
-async def synced(vllm_server, tokenizer):  # noqa: F811
-    options = {"url": vllm_server.url, "tokenizer": tokenizer, "seed": 11,
-               "weights_version": 0, "max_tokens": 12}  # fmt: skip
+@contextlib.asynccontextmanager
+async def driver_sync(server, tokenizer, **overrides):
+    """The driver's policy on the suite's vLLM, its WeightSync, and the spec actors
+    build their clients from; the server's base weights are put back after."""
+    options = {"url": server.url, "tokenizer": tokenizer, "seed": 11,
+               "weights_version": 0, "max_tokens": 12, **overrides}  # fmt: skip
     policy = OpenAICompatPolicy(**options)
     sync = WeightSync(policy, probe=Probe.default(len(tokenizer)))
-    yield sync, PolicySpec("openai", options)
-    await sync.unload_adapters()
-    await policy.aclose()
-    await asyncio.to_thread(restore_base_weights, vllm_server)  # it runs a loop of its own
+    try:
+        yield sync, PolicySpec("openai", options)
+    finally:
+        await sync.unload_adapters()
+        await policy.aclose()
+        await asyncio.to_thread(restore_base_weights, server)  # it runs its own loop
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def synced(vllm_server, tokenizer):  # noqa: F811
+    async with driver_sync(vllm_server, tokenizer) as pair:
+        yield pair
 
 
 def _two_groups(tokenizer) -> list:

@@ -43,6 +43,64 @@ async def test_a_swap_waits_for_requests_in_flight_and_holds_new_ones():
     assert events == ["old start", "old end", "swap", "new start", "new end"]
 
 
+class _RecordingGate:
+    """A linked gate (as a Ray executor's is) that writes down what the swap did to it."""
+
+    def __init__(self, events: list[str], name: str) -> None:
+        self.events, self.name = events, name
+
+    async def close(self) -> None:
+        self.events.append(f"{self.name} closed")
+
+    async def open(self, identity) -> None:
+        self.events.append(f"{self.name} opened with {identity}")
+
+
+async def test_a_swap_closes_linked_gates_after_its_own_and_opens_them_with_the_new_identity():
+    gate = SwapGate()
+    events: list[str] = []
+    gate.link(_RecordingGate(events, "actors"))
+    current = {"version": 1}
+    async with gate.swap(opens_with=lambda: current["version"]):
+        events.append("swap")
+        current["version"] = 2
+    assert events == ["actors closed", "swap", "actors opened with 2"]
+    with pytest.raises(RuntimeError, match="load failed"):
+        async with gate.swap(opens_with=lambda: current["version"]):
+            raise RuntimeError("load failed")
+    assert events[-1] == "actors opened with 2"  # opened again after a failed swap too
+    async with gate.request():  # and the gate itself is open
+        pass
+
+
+async def test_a_swap_cancelled_while_draining_leaves_the_gate_open():
+    gate = SwapGate()
+    release = asyncio.Event()
+
+    async def in_flight() -> None:
+        async with gate.request():
+            await release.wait()
+
+    async def swap() -> None:
+        async with gate.swap():
+            pass
+
+    request = asyncio.create_task(in_flight())
+    await asyncio.sleep(0)
+    swapping = asyncio.create_task(swap())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    swapping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await swapping
+    late = asyncio.create_task(in_flight())  # not held by a swap that never happened
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert gate.in_flight == 2
+    release.set()
+    await asyncio.gather(request, late)
+
+
 def test_weights_hash_follows_the_files(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "model.safetensors").write_bytes(b"weights")

@@ -85,8 +85,10 @@ def to_verl_batch(
         response_mask[row, : end - width_p] = sample.loss_mask[p:]
         logprobs[row, : end - width_p] = sample.logprobs[p:]
         advantages[row, : end - width_p] = sample.advantages[p:]
-        # verl indexes by (response length - 1): an empty response scores the last column.
-        rm_scores[row, end - width_p - 1] = sample.reward
+        # verl indexes by (response length - 1): an empty response scores the last column;
+        # a batch with no response column at all has nowhere to put a score.
+        if width_r:
+            rm_scores[row, end - width_p - 1] = sample.reward
 
     input_ids = torch.from_numpy(ids)
     attention_mask = torch.from_numpy(attention)

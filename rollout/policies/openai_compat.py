@@ -29,7 +29,8 @@ turn's slot (group key, trajectory, turn: :func:`derive_seed`), so the episodes 
 a GRPO group differ and the same seeds reproduce them. Each turn's answer is
 stamped with that seed and with the weights that served it (:attr:`weights`, which
 a :class:`~agentenvs.rollout.weights.WeightSync` replaces after a verified swap;
-requests wait at :attr:`gate` while one is under way).
+requests wait at :attr:`gate` while one is under way; inside a Ray actor that is
+the actor's gate, which a sync in the driver closes and opens with the new weights).
 """
 
 from __future__ import annotations

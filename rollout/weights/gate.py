@@ -6,13 +6,28 @@ client and then run on the new ones. The gate closes that gap on the client side
 a swap waits until the requests in flight have finished and holds new ones back
 until the new weights are verified, so the version a request is stamped with is
 the version that served it. It also works for engines that have no pause at all.
+
+Clients in other processes (a Ray executor's actors) have gates of their own that
+this one cannot see; the executor links a gate that spans them (:meth:`SwapGate.link`,
+see :mod:`agentenvs.rollout.collect.executors.remote_gate`) and a swap closes each
+linked gate after this one and opens it, with the identity the swap ends on, before
+this one opens. Each of those actors holds a plain ``SwapGate`` of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+
+class LinkedGate(Protocol):
+    """A gate elsewhere that a swap must close too (drained) and open after it."""
+
+    async def close(self) -> None: ...
+
+    async def open(self, identity: Any) -> None: ...
 
 
 class SwapGate:
@@ -21,6 +36,16 @@ class SwapGate:
         self._swapping = False
         self._changed: asyncio.Condition | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.linked: list[LinkedGate] = []
+
+    def link(self, gate: LinkedGate) -> None:
+        """Close ``gate`` with every swap from now on (an executor's remote clients)."""
+        if gate not in self.linked:
+            self.linked.append(gate)
+
+    def unlink(self, gate: LinkedGate) -> None:
+        if gate in self.linked:
+            self.linked.remove(gate)
 
     @property
     def in_flight(self) -> int:
@@ -47,16 +72,32 @@ class SwapGate:
                 changed.notify_all()
 
     @asynccontextmanager
-    async def swap(self) -> AsyncIterator[None]:
-        """Around a weight swap: no request is in flight inside it."""
+    async def swap(self, opens_with: Callable[[], Any] | None = None) -> AsyncIterator[None]:
+        """Around a weight swap: no request is in flight inside it, here or behind a
+        linked gate. ``opens_with()`` is the identity linked gates stamp requests
+        with once open (called when the swap ends, successful or not)."""
         changed = self._condition()
         async with changed:
             await changed.wait_for(lambda: not self._swapping)
             self._swapping = True
-            await changed.wait_for(lambda: self._in_flight == 0)
-        try:
-            yield
-        finally:
-            async with changed:
+            try:
+                await changed.wait_for(lambda: self._in_flight == 0)
+            except BaseException:  # cancelled while draining: the gate must not stay shut
                 self._swapping = False
                 changed.notify_all()
+                raise
+        closed: list[LinkedGate] = []
+        try:
+            for gate in list(self.linked):
+                await gate.close()
+                closed.append(gate)
+            yield
+        finally:
+            identity = opens_with() if opens_with is not None else None
+            try:
+                for gate in closed:
+                    await gate.open(identity)
+            finally:
+                async with changed:
+                    self._swapping = False
+                    changed.notify_all()

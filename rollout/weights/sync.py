@@ -2,7 +2,9 @@
 
 One sync, on either path:
 
-1. close the policy's gate: wait for requests in flight, hold new ones;
+1. close the policy's gate: wait for requests in flight, hold new ones; gates
+   linked to it close too (a Ray executor's, spanning the clients its actors
+   built: :mod:`agentenvs.rollout.collect.executors.remote_gate`);
 2. pause the engine where it can (``/pause?mode=wait``);
 3. load: a LoRA adapter under a new name (``lora``), or an in-place reload of a
    full weights directory (``full``);
@@ -13,7 +15,8 @@ One sync, on either path:
    the trainer's own forward pass of the new weights;
 6. only on a match, move the policy to the new :class:`WeightsIdentity` (version,
    what was loaded, its hash, the probe's difference) and open the gate. Every
-   turn sampled afterwards is stamped with it.
+   turn sampled afterwards is stamped with it, in the actors too (their gate opens
+   with it).
 
 A failed verification raises :class:`VerificationError`. On the LoRA path the
 server still has the previous adapter, so the policy keeps sampling with it; after
@@ -144,7 +147,9 @@ class WeightSync:
 
     async def _sync(self, candidate, reference, load, *, reset: bool) -> SyncReport:
         started = time.perf_counter()
-        async with self.policy.gate.swap():
+        # Gates linked to the policy's (a Ray executor's actors) reopen with whatever
+        # identity the swap ends on: the verified one, or a failed reload's.
+        async with self.policy.gate.swap(opens_with=lambda: self.policy.weights):
             paused = await self.engine.pause()
             try:
                 await load()

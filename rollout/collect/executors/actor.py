@@ -19,11 +19,20 @@ it before that group's first turn, so it asks for the new adapter by name and
 stamps the new version (the actor's other episodes switch with it at their next
 turn, as in process). Identities are numbered by the driver and a client only
 moves forward: a late retry of a group shipped before the sync cannot move it back.
+
+Shipping the identity per group is enough for a LoRA sync (requests name the
+adapter they want), not for a full in-place reload: the actors' requests must also
+stop while the server's weights change. So the clients an actor builds share one
+:class:`SwapGate` of the actor's, which the driver's sync closes through
+:meth:`EpisodeHost.close_gate` (drained: nothing in flight here) and opens through
+:meth:`EpisodeHost.open_gate`, handing over the verified identity first
+(:mod:`.remote_gate`). A request costs no Ray call for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -32,6 +41,7 @@ from typing import Any
 from agentenvs.rollout.collect.executors.bridge import BridgedPolicy
 from agentenvs.rollout.collect.executors.spec import PolicySpec
 from agentenvs.rollout.collect.executors.wire import pack_group
+from agentenvs.rollout.weights.gate import SwapGate
 from agentenvs.rollout.weights.identity import WeightsIdentity
 
 _KEPT_SESSIONS = 16
@@ -84,17 +94,26 @@ class BuiltClient:
     serial: int = -1
 
     def adopt(self, weights: ShippedWeights | None) -> None:
-        if weights is None or weights.serial <= self.serial:
+        if weights is not None:
+            self.take(weights.identity, weights.serial)
+
+    def take(self, identity: WeightsIdentity, serial: int) -> None:
+        """Move to ``identity`` if it is newer than what the client holds."""
+        if serial <= self.serial:
             return
         if hasattr(self.policy, "weights"):
-            self.policy.weights = weights.identity
-        self.serial = weights.serial
+            self.policy.weights = identity
+        self.serial = serial
 
 
 class EpisodeHost:
     def __init__(self) -> None:
         self._sessions: OrderedDict[str, asyncio.Task] = OrderedDict()
         self._clients: list[BuiltClient] = []
+        self._gate = SwapGate()
+        """Shared by every client built here: what a driver's weight sync closes."""
+        self._holding: tuple[asyncio.Task, asyncio.Future] | None = None
+        self._reopen = asyncio.Event()
 
     async def where(self) -> dict[str, Any]:
         """Answered once the actor is up: proof that it was placed, and where."""
@@ -141,8 +160,56 @@ class EpisodeHost:
             if built.spec == spec:
                 return built
         built = BuiltClient(spec, spec.build())
+        if isinstance(getattr(built.policy, "gate", None), SwapGate):
+            built.policy.gate = self._gate
         self._clients.append(built)
         return built
+
+    # ---- the driver's weight swaps (see .remote_gate) ---------------------------------
+    async def close_gate(self) -> int:
+        """Hold new requests of this actor's clients and wait for those in flight;
+        how many were in flight. Held until :meth:`open_gate`."""
+        if self._holding is not None:
+            raise RuntimeError("this actor's gate is already closed: one swap at a time")
+        in_flight = self._gate.in_flight
+        loop = asyncio.get_running_loop()
+        drained = loop.create_future()
+        self._reopen = asyncio.Event()
+        self._holding = (loop.create_task(self._hold(drained)), drained)
+        await drained
+        return in_flight
+
+    async def _hold(self, drained: asyncio.Future) -> None:
+        try:
+            async with self._gate.swap():
+                drained.set_result(None)
+                await self._reopen.wait()
+        except asyncio.CancelledError:  # opened again before it drained (a drain timeout)
+            drained.cancel()
+            raise
+
+    async def open_gate(self, identity: WeightsIdentity | None, serial: int) -> None:
+        """Take the swap's identity, then let requests in: each is stamped with it."""
+        if identity is not None:
+            for client in self._clients:
+                client.take(identity, serial)
+        holding, self._holding = self._holding, None
+        if holding is None:
+            return
+        task, drained = holding
+        self._reopen.set()
+        if not drained.done():
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def gate_state(self) -> dict[str, Any]:
+        """For tests and for diagnosing a stuck swap."""
+        return {
+            "closed": self._holding is not None,
+            "in_flight": self._gate.in_flight,
+            "versions": [getattr(c.policy, "weights_version", None) for c in self._clients],
+        }
 
     async def _decoded(self, ref: Any, decode: Any) -> Any:
         """``decode(await ref)``, shared by concurrent groups and kept for later runs."""

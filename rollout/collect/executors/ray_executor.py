@@ -13,6 +13,9 @@ Policies (see :func:`~agentenvs.rollout.collect.executors.actor.policy_payload`)
   describes the run and says which weights to sample with: each run ships the
   driver policy's current ``weights`` identity, so after a weight sync in the
   driver the actors' clients sample the new adapter and stamp the new version;
+  and a gate that spans the actors (:meth:`RayExecutor.gate_for`, linked to the
+  driver policy's swap gate) holds their requests while a sync swaps the weights,
+  so a full in-place reload mid-collection is as safe as in process;
 * a per-env factory (scripted, replay) is copied to the actors, next to its envs;
 * any other policy (a model in the driver) stays in the driver, and actors call
   back to it through a mailbox (:mod:`.bridge`).
@@ -55,10 +58,12 @@ from agentenvs.rollout.collect.executors.actor_pool import (
 )
 from agentenvs.rollout.collect.executors.base import GroupExecutor, GroupRunner
 from agentenvs.rollout.collect.executors.bridge import DriverPump
+from agentenvs.rollout.collect.executors.remote_gate import ActorsGate
 from agentenvs.rollout.collect.executors.spec import PolicySpec
 from agentenvs.rollout.collect.executors.wire import unpack_group
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.policies.base import Policy, PolicyFactory
+from agentenvs.rollout.weights.gate import SwapGate
 
 
 def _ray() -> Any:
@@ -119,6 +124,7 @@ class RayExecutor(GroupExecutor):
         self._policies: dict[int, tuple[Any, Any, Any]] = {}  # id -> (policy, weights, ref)
         self._weights_serial = 0
         self._pumps: dict[int, DriverPump] = {}
+        self._gates: dict[int, tuple[Any, ActorsGate]] = {}  # id -> (policy, gate)
 
     # ---- life cycle ------------------------------------------------------------------
     def connect(self) -> None:
@@ -135,6 +141,9 @@ class RayExecutor(GroupExecutor):
             await pump.close()
         for pool in self._pools.values():
             await pool.close()
+        for policy, gate in self._gates.values():
+            policy.gate.unlink(gate)
+        self._gates.clear()
         self._pumps.clear()
         self._pools.clear()
         self._policies.clear()
@@ -179,6 +188,31 @@ class RayExecutor(GroupExecutor):
         offered = env and any(env in node for node in live_nodes())
         return Placement(self.num_cpus, {env: 1.0} if offered else {})
 
+    def gate_for(self, policy: Any) -> ActorsGate | None:
+        """The gate that spans this executor's actors for ``policy``, made on first use.
+
+        Only a policy the actors build from ``policy_spec`` and that has a
+        :class:`SwapGate` (the OpenAI-compatible client) gets one. It is linked to
+        ``policy.gate``, so a :class:`~agentenvs.rollout.weights.sync.WeightSync` on
+        the driver's policy closes it with its own, with nothing to pass; it is
+        unlinked when the executor closes."""
+        if self.policy_spec is None or not isinstance(getattr(policy, "gate", None), SwapGate):
+            return None
+        known = self._gates.get(id(policy))
+        if known is not None and known[0] is policy:
+            return known[1]
+        gate = ActorsGate(self._hosts, self._next_serial)
+        policy.gate.link(gate)
+        self._gates[id(policy)] = (policy, gate)
+        return gate
+
+    def _hosts(self) -> list[Any]:
+        return [host for pool in self._pools.values() for host in pool.hosts]
+
+    def _next_serial(self) -> int:
+        self._weights_serial += 1
+        return self._weights_serial
+
     def policy_ref(self, policy: Any) -> Any:
         """One object-store entry per policy, reused by every run (and actor cache),
         and a new one when the policy's weights changed (asked at each group's start)."""
@@ -189,8 +223,7 @@ class RayExecutor(GroupExecutor):
             return known[2]
         shipped = None
         if weights is not None:  # new or changed (a sync): a new entry, a newer serial
-            self._weights_serial += 1
-            shipped = ShippedWeights(weights, self._weights_serial)
+            shipped = ShippedWeights(weights, self._next_serial())
         mailbox = None
         if self.policy_spec is None and not getattr(policy, "per_env", False):
             pump = self._pumps.get(id(policy))
@@ -198,6 +231,7 @@ class RayExecutor(GroupExecutor):
                 pump = self._pumps[id(policy)] = DriverPump(policy)
             pump.start()
             mailbox = pump.mailbox
+        self.gate_for(policy)  # before any group starts: a sync must find it linked
         try:
             ref = ray.put(policy_payload(policy, self.policy_spec, mailbox, shipped))
         except Exception as err:
@@ -230,16 +264,22 @@ class RayRunner(GroupRunner):
     ) -> GroupRecord:
         ray = _ray()
         index = self.index[id(builder)]
+        gate = self.executor.gate_for(self.policy)
         lost: list[str] = []
         while True:
             try:
                 host = await self.pool.acquire()
             except PlacementError as err:
                 return _failed(key, f"PlacementError: {err}", lost, len(lost) + 1)
-            # The policy's entry is looked up per group: a sync since the last one
-            # gives a new entry, and the group's actor samples with the new weights.
-            refs = [self.builders_ref, self.executor.policy_ref(self.policy)]
             try:
+                # No group starts while a swap holds the actors (the gate closed only
+                # the actors that were live then); nothing awaits between this and
+                # the call below.
+                while gate is not None and not gate.is_open:
+                    await gate.wait_open()
+                # The policy's entry is looked up per group: a sync since the last one
+                # gives a new entry, and the group's actor samples with the new weights.
+                refs = [self.builders_ref, self.executor.policy_ref(self.policy)]
                 outcome = await host.handle.run_group.remote(
                     refs, index, key, retries, group_timeout
                 )
