@@ -107,14 +107,14 @@ async def test_a_dead_server_is_skipped_by_the_retry(servers, tokenizer):
     assert policy.servers.sent[dead] > 0  # tried, failed over, never the last word
 
 
-def test_url_lists_are_parsed_and_a_weight_sync_refuses_several(servers, tokenizer):
+def test_url_lists_are_parsed_and_a_weight_sync_drives_every_server(servers, tokenizer):
     urls, _ = servers
     policy = make_policy("openai", url=f" {urls[0]}/v1 , {urls[1]},{urls[0]}")
     assert policy.urls == tuple(urls) and policy.url == urls[0]
     with pytest.raises(ValueError, match="at least one server"):
         make_policy("openai", url=" , ")
-    with pytest.raises(ValueError, match="sync each server through a policy of its own"):
-        WeightSync(policy, probe=Probe.default(len(tokenizer)))
+    sync = WeightSync(policy, probe=Probe.default(len(tokenizer)))
+    assert [engine.url for engine in sync.engines] == list(urls)
 
 
 def test_cli_spreads_an_openai_policy_over_servers_from_ray_actors(

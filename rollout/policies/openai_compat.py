@@ -282,13 +282,17 @@ class OpenAICompatPolicy:
         assert self._slots is not None
         return self._client, self._slots
 
-    async def request(self, method: str, path: str, body: dict | None = None) -> dict[str, Any]:
-        """Any request to the server (admin endpoints, probes), with this policy's
+    async def request(
+        self, method: str, path: str, body: dict | None = None, *, server: str | None = None
+    ) -> dict[str, Any]:
+        """Any request to one server (admin endpoints, probes), with this policy's
         retries and errors; it does not wait at the gate, so a weight sync can use it.
-        An answer that is not JSON (vLLM's LoRA endpoints answer in plain text) comes
-        back as ``{"text": ...}``."""
+        ``server`` is one of :attr:`urls` (default: the first). An answer that is not
+        JSON (vLLM's LoRA endpoints answer in plain text) comes back as ``{"text": ...}``."""
+        if server is not None and server not in self.urls:
+            raise ValueError(f"{server} is not one of this policy's servers {list(self.urls)}")
         client, _ = self._session()
-        return await self._send(client, method, path, body, plain_text_ok=True)
+        return await self._send(client, method, path, body, plain_text_ok=True, to=server)
 
     async def model_name(self) -> str:
         """The base model's name, asked of the server if it was not given."""
@@ -319,8 +323,9 @@ class OpenAICompatPolicy:
         *,
         plain_text_ok: bool = False,
         spread: bool = False,
+        to: str | None = None,
     ) -> dict[str, Any]:
-        server = self.url
+        server = to or self.url
         url = server + path
         last = ""
         for attempt in range(self.retries + 1):

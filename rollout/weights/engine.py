@@ -36,16 +36,18 @@ _ENABLE = {
 
 
 class VLLMEngine:
-    """The admin side of a vLLM server, reached through the policy's HTTP client."""
+    """The admin side of one vLLM server, reached through the policy's HTTP client."""
 
-    def __init__(self, policy: OpenAICompatPolicy) -> None:
+    def __init__(self, policy: OpenAICompatPolicy, url: str | None = None) -> None:
         self.policy = policy
+        self.url = url or policy.url
+        """Which of the policy's servers this is."""
         self.can_pause: bool | None = None
         """Unknown until the first pause; False once the server showed it has none."""
 
     async def call(self, path: str, body: dict[str, Any] | None = None) -> Any:
         try:
-            return await self.policy.request("POST", path, body)
+            return await self.policy.request("POST", path, body, server=self.url)
         except PolicyError as err:
             hint = _ENABLE.get(path.split("?")[0])
             if hint and ("HTTP 404" in str(err) or "HTTP 405" in str(err)):
@@ -59,7 +61,9 @@ class VLLMEngine:
         try:
             # clear_cache=false: the prefix cache is reset by its own call, which
             # also covers engines whose pause does not clear it.
-            await self.policy.request("POST", "/pause?mode=wait&clear_cache=false", None)
+            await self.policy.request(
+                "POST", "/pause?mode=wait&clear_cache=false", None, server=self.url
+            )
         except PolicyError as err:
             if "HTTP 404" in str(err):
                 self.can_pause = False

@@ -54,14 +54,18 @@ class ProbeResult:
     max_abs_diff: float
     tolerance: float
     extra: dict[str, Any] = field(default_factory=dict)
+    url: str = ""
+    """The server that answered the probe."""
 
     @property
     def matches(self) -> bool:
         return self.max_abs_diff <= self.tolerance
 
 
-async def sample_probe(policy: OpenAICompatPolicy, probe: Probe, model: str) -> tuple[list, list]:
-    """The server's continuation of the probe and its per-token logprobs."""
+async def sample_probe(
+    policy: OpenAICompatPolicy, probe: Probe, model: str, server: str | None = None
+) -> tuple[list, list]:
+    """One server's continuation of the probe and its per-token logprobs."""
     body = {
         "model": model,
         "prompt": list(probe.prompt),
@@ -72,7 +76,7 @@ async def sample_probe(policy: OpenAICompatPolicy, probe: Probe, model: str) -> 
         "return_tokens_as_token_ids": True,
         "skip_special_tokens": False,
     }
-    data = await policy.request("POST", "/v1/completions", body)
+    data = await policy.request("POST", "/v1/completions", body, server=server)
     try:
         logprobs = data["choices"][0]["logprobs"]
         tokens = [int(str(t).removeprefix("token_id:")) for t in logprobs["tokens"]]
@@ -90,16 +94,17 @@ async def verify(
     model: str,
     reference: ReferenceLogprobs,
     tolerance: float,
+    server: str | None = None,
 ) -> ProbeResult:
-    tokens, server = await sample_probe(policy, probe, model)
+    tokens, served = await sample_probe(policy, probe, model, server)
     scored = reference(list(probe.prompt) + tokens, len(probe.prompt))
     trainer = list(await scored) if isinstance(scored, Awaitable) else list(scored)
     if len(trainer) != len(tokens):
         raise VerificationError(
             f"the trainer's reference gave {len(trainer)} logprobs for {len(tokens)} tokens"
         )
-    diff = max(abs(a - b) for a, b in zip(server, trainer, strict=True))
-    return ProbeResult(tokens, server, trainer, diff, tolerance)
+    diff = max(abs(a - b) for a, b in zip(served, trainer, strict=True))
+    return ProbeResult(tokens, served, trainer, diff, tolerance, url=server or policy.url)
 
 
 def torch_reference(model: Any) -> ReferenceLogprobs:

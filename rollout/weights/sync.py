@@ -18,6 +18,10 @@ One sync, on either path:
    turn sampled afterwards is stamped with it, in the actors too (their gate opens
    with it).
 
+A policy with several servers (``url="http://a,http://b"``, load-balanced) has
+every one of them paused, loaded, reset and probed; it moves to the new identity
+only when all match, as its next turn may go to any of them.
+
 A failed verification raises :class:`VerificationError`. On the LoRA path the
 server still has the previous adapter, so the policy keeps sampling with it; after
 a failed full reload the server holds weights nobody vouches for, and the policy
@@ -29,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
@@ -56,6 +60,8 @@ class SyncReport:
     verify_s: float
     total_s: float
     paused: bool
+    probes: list[ProbeResult] = field(default_factory=list)
+    """Every server's probe (``probe`` is the worst of them)."""
 
 
 class WeightSync:
@@ -71,15 +77,12 @@ class WeightSync:
     ) -> None:
         if policy.api != "vllm":
             raise ValueError("weight sync talks to vLLM's endpoints; the policy's api is not vllm")
-        if len(policy.urls) > 1:
-            raise ValueError(
-                f"weight sync loads one server, but the policy samples from {len(policy.urls)} "
-                "(its urls); sync each server through a policy of its own"
-            )
         if tolerance is None and dtype not in TOLERANCE:
             raise ValueError(f"no default tolerance for dtype {dtype!r}; pass tolerance=")
         self.policy = policy
-        self.engine = VLLMEngine(policy)
+        self.engines = [VLLMEngine(policy, url) for url in policy.urls]
+        """One per server the policy samples from: every one is loaded and verified."""
+        self.engine = self.engines[0]
         self.probe = probe
         self.tolerance = TOLERANCE[dtype] if tolerance is None else tolerance
         # A name is loaded once per server: a fresh prefix per sync keeps two trainers
@@ -110,9 +113,15 @@ class WeightSync:
         candidate = WeightsIdentity(
             version=version, path="lora", name=name, source=source, sha256=hash_weights(source)
         )
-        report = await self._sync(
-            candidate, reference, lambda: self.engine.load_lora(name, source), reset=True
-        )
+        try:
+            report = await self._sync(
+                candidate, reference, lambda engine: engine.load_lora(name, source), reset=True
+            )
+        except VerificationError:
+            # Nothing samples by a name that did not verify; unloading it lets a retry
+            # of the same version load it again (a name can be loaded once per server).
+            await self._unload(name)
+            raise
         self.loaded_adapters.append(name)
         await self._unload_old_adapters()
         return report
@@ -141,7 +150,7 @@ class WeightSync:
         return await self._sync(
             candidate,
             reference,
-            lambda: self.engine.reload_weights(source),
+            lambda engine: engine.reload_weights(source),
             reset=reset_prefix_cache,
         )
 
@@ -149,22 +158,32 @@ class WeightSync:
         started = time.perf_counter()
         # Gates linked to the policy's (a Ray executor's actors) reopen with whatever
         # identity the swap ends on: the verified one, or a failed reload's.
+        # Every server is paused, loaded, reset, resumed and verified on its own; the
+        # policy moves to the new identity only when all of them match, since the
+        # load balancer may send the next turn to any of them.
         async with self.policy.gate.swap(opens_with=lambda: self.policy.weights):
-            paused = await self.engine.pause()
+            paused = [await engine.pause() for engine in self.engines]
             try:
-                await load()
+                for engine in self.engines:
+                    await load(engine)
                 loaded = time.perf_counter()
                 if reset:
-                    await self.engine.reset_prefix_cache()
+                    for engine in self.engines:
+                        await engine.reset_prefix_cache()
                 reset_done = time.perf_counter()
             finally:
-                if paused:
-                    await self.engine.resume()
+                for engine, was_paused in zip(self.engines, paused, strict=True):
+                    if was_paused:
+                        await engine.resume()
             if candidate.path == "full":
-                # The server's weights changed whatever the probe says next.
+                # The servers' weights changed whatever the probe says next.
                 self.policy.weights = replace(candidate, failed="not verified yet")
             model = candidate.name or await self.policy.model_name()
-            result = await verify(self.policy, self.probe, model, reference, self.tolerance)
+            results = [
+                await verify(self.policy, self.probe, model, reference, self.tolerance, e.url)
+                for e in self.engines
+            ]
+            result = max(results, key=lambda r: r.max_abs_diff)
             verified = time.perf_counter()
             if not result.matches:
                 self._refuse(candidate, result)
@@ -178,7 +197,8 @@ class WeightSync:
             reset_s=reset_done - loaded,
             verify_s=verified - reset_done,
             total_s=time.perf_counter() - started,
-            paused=paused,
+            paused=all(paused),
+            probes=results,
         )
         self.reports.append(report)
         return report
@@ -186,6 +206,7 @@ class WeightSync:
     def _refuse(self, candidate: WeightsIdentity, result: ProbeResult) -> None:
         problem = (
             f"probe max |logprob diff| {result.max_abs_diff:.3g} > tolerance {result.tolerance:g}"
+            + (f" on {result.url}" if len(self.engines) > 1 else "")
         )
         path: SyncPath = candidate.path
         if path == "full":
@@ -202,14 +223,16 @@ class WeightSync:
     async def unload_adapters(self) -> None:
         """Unload every adapter this sync loaded (at the end of a run)."""
         while self.loaded_adapters:
-            with contextlib.suppress(WeightSyncError):
-                await self.engine.unload_lora(self.loaded_adapters.pop())
+            await self._unload(self.loaded_adapters.pop())
 
     async def _unload_old_adapters(self) -> None:
         while len(self.loaded_adapters) > self.keep_adapters:
-            name = self.loaded_adapters.pop(0)
+            await self._unload(self.loaded_adapters.pop(0))
+
+    async def _unload(self, name: str) -> None:
+        for engine in self.engines:
             with contextlib.suppress(WeightSyncError):  # already gone: nothing uses it now
-                await self.engine.unload_lora(name)
+                await engine.unload_lora(name)
 
 
 __all__ = ["SyncReport", "VerificationError", "WeightSync", "WeightSyncError"]
