@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 import pytest_asyncio
+from test_fork_retool import act as take_action
 
 from agentenvs.envs.registry import make
 from agentenvs.envs.rendered import RenderedEnv
@@ -34,8 +35,8 @@ async def _close_sandboxes_after_module():
 
 
 async def act(env: RenderedEnv, text: str) -> str:
-    """One code action ended by its stop sequence; the decoded observation."""
-    step = await env.step(env.renderer.encode(text), extra={"stop_reason": "stop"})
+    """One code action (as ``test_fork_retool.py`` takes it); the decoded observation."""
+    step = await take_action(env, text)
     return env.renderer.decode(step.next_observation)
 
 

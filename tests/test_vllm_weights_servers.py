@@ -122,3 +122,29 @@ async def test_one_server_that_does_not_match_fails_the_sync_and_is_named(
     assert report.identity.verified and report.identity.version == 1
     assert all(probe.max_abs_diff < 1e-3 for probe in report.probes)
     await sync.policy.aclose()
+
+
+async def test_a_server_that_cannot_be_paused_leaves_none_of_the_others_paused(
+    vllm_server,  # noqa: F811
+    tokenizer,
+    tmp_path,
+):
+    from agentenvs.rollout.policies.vllm_server import free_port
+    from agentenvs.rollout.weights.engine import WeightSyncError
+
+    gone = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    policy = OpenAICompatPolicy(
+        [vllm_server.url, gone], tokenizer=tokenizer, weights_version=0, retries=0
+    )
+    sync = WeightSync(policy, probe=Probe.default(len(tokenizer)))
+    trained = _perturbed(vllm_server.model_dir, tmp_path / "v1", seed=1)
+    with pytest.raises(WeightSyncError, match="/pause"):
+        await sync.push_full(tmp_path / "v1", torch_reference(trained))
+    # The live server was paused first; it must answer again (not hold the request).
+    body = {"model": SERVED_NAME, "prompt": [5, 6, 7], "max_tokens": 2}
+    answer = await asyncio.wait_for(
+        policy.request("POST", "/v1/completions", body, server=vllm_server.url), 60
+    )
+    assert answer["choices"]
+    assert policy.weights.version == 0 and not policy.weights.failed  # nothing was loaded
+    await policy.aclose()

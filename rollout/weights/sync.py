@@ -162,8 +162,11 @@ class WeightSync:
         # policy moves to the new identity only when all of them match, since the
         # load balancer may send the next turn to any of them.
         async with self.policy.gate.swap(opens_with=lambda: self.policy.weights):
-            paused = [await engine.pause() for engine in self.engines]
+            paused: list[VLLMEngine] = []
             try:
+                for engine in self.engines:
+                    if await engine.pause():
+                        paused.append(engine)
                 for engine in self.engines:
                     await load(engine)
                 loaded = time.perf_counter()
@@ -172,9 +175,9 @@ class WeightSync:
                         await engine.reset_prefix_cache()
                 reset_done = time.perf_counter()
             finally:
-                for engine, was_paused in zip(self.engines, paused, strict=True):
-                    if was_paused:
-                        await engine.resume()
+                # Every server paused so far is resumed, even when a later one failed:
+                # a server left paused would hold every request sent to it.
+                await _resume_all(paused)
             if candidate.path == "full":
                 # The servers' weights changed whatever the probe says next.
                 self.policy.weights = replace(candidate, failed="not verified yet")
@@ -197,7 +200,7 @@ class WeightSync:
             reset_s=reset_done - loaded,
             verify_s=verified - reset_done,
             total_s=time.perf_counter() - started,
-            paused=all(paused),
+            paused=len(paused) == len(self.engines),
             probes=results,
         )
         self.reports.append(report)
@@ -233,6 +236,18 @@ class WeightSync:
         for engine in self.engines:
             with contextlib.suppress(WeightSyncError):  # already gone: nothing uses it now
                 await engine.unload_lora(name)
+
+
+async def _resume_all(engines: list[VLLMEngine]) -> None:
+    """Resume each engine; the first failure is raised once all were tried."""
+    failure: WeightSyncError | None = None
+    for engine in engines:
+        try:
+            await engine.resume()
+        except WeightSyncError as err:
+            failure = failure or err
+    if failure is not None:
+        raise failure
 
 
 __all__ = ["SyncReport", "VerificationError", "WeightSync", "WeightSyncError"]
