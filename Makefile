@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh Debian 12 machine with Python 3.11:
 #   make demo   create .venv, install, run the main job on embedded defaults
 #   make test   create .venv, install, run the whole test suite
+#   make test-fast   the suite without the tests that start real services
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -15,7 +16,7 @@ VERL_VERSION := 0.9.1
 VERL_STAMP := $(VENV)/.installed-verl-$(VERL_VERSION)
 DEB_PACKAGES := bubblewrap podman runc uidmap slirp4netns python3-numpy python3-sympy chromium
 
-.PHONY: demo test install system-packages vllm verl lint clean
+.PHONY: demo test test-fast install system-packages vllm verl lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +72,11 @@ demo: install
 
 test: install vllm verl
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# Everything but the tests that start real services (vLLM, Ray, verl, podman,
+# Chromium): the loop to run while working. `make test` (and CI) runs them all.
+test-fast: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not services"
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

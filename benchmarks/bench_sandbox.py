@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from agentenvs.sandbox import ExecStatus, SandboxConfig
-from agentenvs.sandbox.local import LocalSandbox
+from agentenvs.sandbox.backends.local.backend import LocalSandbox
 
 PYTHON = "/usr/bin/python3"
 NUMPY_SYMPY = (

@@ -1,6 +1,6 @@
 """Docker backend (through podman): warm containers vs a container per call, in one run.
 
-Starts a private podman service (``agentenvs.sandbox.docker.podman``), builds the image
+Starts a private podman service (``agentenvs.sandbox.backends.docker.podman``), builds the image
 if needed (timed), then measures per-execution latency, side by side:
 
 * warm containers (``DockerSandbox``, the default): ``print(1)``, a numpy+sympy cell and a
@@ -25,9 +25,9 @@ import statistics
 import time
 
 from agentenvs.sandbox import SandboxConfig
-from agentenvs.sandbox.docker import DockerSandbox
-from agentenvs.sandbox.docker.image import IMAGE_TAG, ensure_image
-from agentenvs.sandbox.docker.podman import PodmanService
+from agentenvs.sandbox.backends.docker.backend import DockerSandbox
+from agentenvs.sandbox.backends.docker.image import IMAGE_TAG, ensure_image
+from agentenvs.sandbox.backends.docker.podman import PodmanService
 
 PRINT = "print(1)"
 NUMPY_SYMPY = (

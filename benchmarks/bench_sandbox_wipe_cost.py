@@ -17,7 +17,7 @@ import statistics
 import time
 
 from agentenvs.sandbox import SandboxConfig
-from agentenvs.sandbox.local import LocalSandbox
+from agentenvs.sandbox.backends.local.backend import LocalSandbox
 
 LEAVE_FILES = (
     "import os\nfor i in range({n}):\n    os.close(os.open(f'f{{i}}', os.O_CREAT | os.O_WRONLY))"

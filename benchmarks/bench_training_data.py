@@ -33,7 +33,7 @@ import numpy as np
 
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
 from agentenvs.rollout.data.advantages import compute_advantages
-from agentenvs.rollout.handoff.tinker import assemble_tinker_data, to_cookbook_group
+from agentenvs.rollout.trainers.tinker.handoff import assemble_tinker_data, to_cookbook_group
 
 VOCAB = 150_000
 

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentenvs.envs.registry import make
-from agentenvs.envs.rendered import RenderedEnv
+from agentenvs.envs.rendered_env import RenderedEnv
 from agentenvs.envs.retool.protocol import code_action
 from agentenvs.envs.retool.sandboxes import close_shared_sandboxes
 from agentenvs.rollout.tokenizer import train_chatml_tokenizer

@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 
 from agentenvs.envs.guess_number import GuessNumberConfig
-from agentenvs.envs.rendered import Limits
+from agentenvs.envs.rendered_env import Limits
 from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.collect.tree import BranchSchedule, as_trees
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy

@@ -35,7 +35,7 @@ def step_seconds(server, tokenizer, out: Path, *, path: str, synced: bool, steps
     from test_trl_vllm import synced_trainer
     from transformers import TrainerCallback
 
-    from agentenvs.rollout.integrations.common import run_sync
+    from agentenvs.rollout.trainers.common import run_sync
 
     class StepClock(TrainerCallback):
         def __init__(self) -> None:

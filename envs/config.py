@@ -6,8 +6,8 @@ are rejected with a clear message), knows how many tasks it has, and makes one
 :class:`TextEnv` per episode. Everything else (rendering, limits, groups,
 datasets, the gymnasium wrapper, the CLI) is shared.
 
-Modules that define configs must import heavy dependencies lazily: the registry
-imports every registered config to list environments and register gym ids.
+Modules that define configs should import heavy dependencies lazily: listing the
+environments (and registering their gym ids) imports every registered config.
 """
 
 from __future__ import annotations
@@ -21,10 +21,18 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agentenvs.envs.rendered import Limits, RenderedEnv
+from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
 from agentenvs.envs.text import TextEnv
-from agentenvs.envs.types import Env, EnvGroupBuilder, ListDataset, Metrics, RLDataset, Trajectory
+from agentenvs.envs.types import (
+    Env,
+    EnvGroupBuilder,
+    GroupDescription,
+    ListDataset,
+    Metrics,
+    RLDataset,
+    Trajectory,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +77,11 @@ class EnvConfig(BaseModel):
         return merge_preset(cls.presets[name], data)
 
     # ---- what each environment implements -------------------------------------------
+    @classmethod
+    def demo_overrides(cls) -> dict[str, Any]:
+        """Settings ``agentenvs demo`` applies to this environment (none by default)."""
+        return {}
+
     def num_tasks(self, split: str = "train") -> int:
         raise NotImplementedError
 
@@ -180,6 +193,16 @@ class TextGroupBuilder(EnvGroupBuilder):
     @property
     def task_id(self) -> str:
         return self.config.task_id(self.task_index, self.split)
+
+    def describe(self) -> GroupDescription:
+        return GroupDescription(
+            task_id=self.task_id,
+            env_name=self.config.env_name,
+            config=self.config.model_dump(mode="json"),
+            split=self.split,
+            group_size=self.group_size,
+            tokenizer=self.tokenizer,
+        )
 
     async def cleanup(self) -> None:
         envs, self.envs = self.envs, []

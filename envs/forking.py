@@ -11,7 +11,7 @@ kinds of state need two treatments:
 * external state (a sandbox session, a game engine) is forked by the environment
   itself, after the copy, because only it knows how (see ReTool and ALFWorld).
 
-:func:`fork_rendered` forks the token-level :class:`~agentenvs.envs.rendered.RenderedEnv`
+:func:`fork_rendered` forks the token-level :class:`~agentenvs.envs.rendered_env.RenderedEnv`
 around a task: its own containers are copied generically (every list, dict and set in
 its ``__dict__``), so fields added to it later are forked too without a change here.
 """
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agentenvs.envs.types import ForkUnsupported
 
 if TYPE_CHECKING:
-    from agentenvs.envs.rendered import RenderedEnv
+    from agentenvs.envs.rendered_env import RenderedEnv
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.forking import copy_task_state
-from agentenvs.envs.rendered import Limits
+from agentenvs.envs.rendered_env import Limits
 from agentenvs.envs.renderers import RendererKind
 from agentenvs.envs.text import Message, TextEnv, TextStep
 from agentenvs.envs.types import SamplerStopReason, StopReason

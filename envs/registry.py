@@ -7,11 +7,16 @@ The flagships register exactly the way a third-party package does, in its own
     my_task = "my_package.my_module:MyTaskConfig"
 
 where ``MyTaskConfig`` subclasses :class:`agentenvs.envs.config.EnvConfig`.
+
+An environment's module is imported only when it is asked for: :func:`env_names`
+reads the entry-point metadata alone, :func:`make` and :func:`config_class` load the
+one named, :func:`list_envs` (which needs each config's docstring) loads them all.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -19,19 +24,21 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentenvs.envs.config import EnvConfig
+from agentenvs.envs.errors import AgentEnvsError
 
 ENTRY_POINT_GROUP = "agentenvs.envs"
 GYM_NAMESPACE = "agentenvs"
+GYM_ENTRY_POINT = "agentenvs.envs.gym_adapter:TextGymEnv"
 
 logger = logging.getLogger(__name__)
 
 
-class UnknownEnvError(KeyError):
+class UnknownEnvError(AgentEnvsError, KeyError):
     def __str__(self) -> str:
         return str(self.args[0])
 
 
-class EnvConfigError(ValueError):
+class EnvConfigError(AgentEnvsError, ValueError):
     """A configuration the environment does not accept; the message names the keys."""
 
 
@@ -47,8 +54,17 @@ def _entry_points() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
+def env_names() -> list[str]:
+    """The registered environments' names, from the entry-point metadata (nothing loads)."""
+    return sorted(_entry_points())
+
+
 def config_class(name: str) -> type[EnvConfig]:
-    points = _entry_points()
+    _register_if_gymnasium_loaded()
+    return _load(name, _entry_points())
+
+
+def _load(name: str, points: dict[str, EntryPoint]) -> type[EnvConfig]:
     if name not in points:
         known = ", ".join(sorted(points)) or "none"
         raise UnknownEnvError(f"unknown environment {name!r}; registered: {known}")
@@ -85,10 +101,17 @@ def make(name: str, **config: Any) -> EnvConfig:
 
 
 def list_envs() -> list[EnvInfo]:
+    """Every loadable environment with its gym id and description (loads every config)."""
+    _register_if_gymnasium_loaded()
+    return _load_all()
+
+
+def _load_all() -> list[EnvInfo]:
     infos = []
-    for name, point in sorted(_entry_points().items()):
+    points = _entry_points()
+    for name, point in sorted(points.items()):
         try:
-            cls = config_class(name)
+            cls = _load(name, points)
         except Exception as err:  # a broken plugin must not hide the others
             logger.warning("environment %r could not be loaded: %s", name, err)
             continue
@@ -102,12 +125,32 @@ def register_gymnasium() -> list[str]:
     import gymnasium
 
     registered = []
-    for info in list_envs():
+    for info in _load_all():
         if info.gym_id not in gymnasium.registry:
             gymnasium.register(
-                id=info.gym_id,
-                entry_point="agentenvs.envs.gym_adapter:TextGymEnv",
-                kwargs={"env_name": info.name},
+                id=info.gym_id, entry_point=GYM_ENTRY_POINT, kwargs={"env_name": info.name}
             )
         registered.append(info.gym_id)
+    _registered_with.add(frozenset(_entry_points()))
     return registered
+
+
+_registered_with: set[frozenset[str]] = set()
+"""The sets of entry-point names gym ids were registered for (a plugin installed
+later in the process adds a name, and its id is registered on the next lookup)."""
+
+
+def _register_if_gymnasium_loaded() -> None:
+    """Gym ids for a process that uses gymnasium, without importing it for one that does not."""
+    names = frozenset(_entry_points())
+    if "gymnasium" in sys.modules and names not in _registered_with:
+        _registered_with.add(names)  # a failure is reported once, not on every lookup
+        register_gymnasium_quietly()
+
+
+def register_gymnasium_quietly() -> None:
+    """:func:`register_gymnasium` as a convenience: a failure is logged, never raised."""
+    try:
+        register_gymnasium()
+    except Exception as err:
+        logger.warning("gymnasium registration failed: %s", err)

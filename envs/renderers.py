@@ -13,7 +13,7 @@ observation is tokenized on its own and appended. Two protocols are needed:
   starts a fresh sample from the full re-rendering instead of drifting silently.
 
 Text the environment wrote is tokenized apart from the template's markup
-(:mod:`agentenvs.envs.env_text`): what the world produced after the prompt
+(:mod:`agentenvs.envs.tokenizing`): what the world produced after the prompt
 (observations, tool output) with every added token split, the prompt's messages
 with the special-flagged ones split, so neither can forge ``<|im_end|>`` and
 friends; the template's own markup keeps them.
@@ -27,14 +27,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from agentenvs.envs.env_text import (
+from agentenvs.envs.text import Message
+from agentenvs.envs.tokenizing import (
     EncodedText,
     EnvTextEncoder,
     Segment,
     SegmentKind,
     slice_segments,
 )
-from agentenvs.envs.text import Message
 
 RendererKind = Literal["continuation", "chat"]
 

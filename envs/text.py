@@ -1,7 +1,7 @@
 """The text-level layer: environment authors write task logic in strings, not tokens.
 
 A :class:`TextEnv` sees the decoded text of each action and answers with text (or a
-chat message). :class:`agentenvs.envs.rendered.RenderedEnv` turns it into a
+chat message). :class:`agentenvs.envs.rendered_env.RenderedEnv` turns it into a
 token-level :class:`~agentenvs.envs.types.Env` through a renderer, enforcing the
 shared limits. Task logic never touches token ids, so it cannot break the
 token-in/token-out rule.

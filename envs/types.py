@@ -16,10 +16,12 @@ code written against one drops into the other, with two deliberate differences:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal, TypeAlias, TypedDict
+from typing import Any, Literal, Protocol, TypeAlias, TypedDict, runtime_checkable
+
+from agentenvs.envs.errors import AgentEnvsError
 
 Tokens: TypeAlias = list[int]
 Observation: TypeAlias = list[int]
@@ -85,18 +87,42 @@ class StepResult:
     logs: Logs = field(default_factory=dict)
 
 
-class ForkUnsupported(RuntimeError):
+class ForkUnsupported(AgentEnvsError, RuntimeError):
     """This environment (or its current state) cannot be forked."""
 
 
 class Env(ABC):
-    """One episode of one agent. Single-use: make it, run it to the end, drop it."""
+    """One episode of one agent. Single-use: make it, run it to the end, drop it.
+
+    Two methods are required. Everything else the collector may use is declared
+    here, with a default that means "not offered": override what your environment
+    can do. The collector never looks for undeclared attributes.
+
+    * :meth:`max_action_tokens`: a per-action token cap the sampler must respect.
+    * :meth:`close`: release what the episode holds (a sandbox, a game engine).
+    * :meth:`fork`: an independent copy of the live episode (tree rollouts).
+    * :meth:`label`: the short name messages use for this environment.
+    * :class:`ScriptedActions` (a protocol below): a built-in scripted answer, for
+      demos and smoke tests without a model.
+    """
 
     @abstractmethod
     async def initial_observation(self) -> tuple[Observation, StopCondition]: ...
 
     @abstractmethod
     async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult: ...
+
+    def max_action_tokens(self) -> int | None:
+        """The most tokens one action may have, or ``None`` for no cap of the env's own.
+
+        The collector passes it to the policy as ``max_tokens`` so the sampler stops
+        there (and says ``length``) instead of the env cutting the action afterwards.
+        """
+        return None
+
+    async def close(self) -> None:
+        """Release what this episode holds. Called once the episode is over (by its
+        group's cleanup, or by the tree rollout for a fork); must be idempotent."""
 
     async def fork(self) -> Env:
         """An independent copy of this live episode, for tree rollouts.
@@ -107,6 +133,13 @@ class Env(ABC):
         copy their state raise :class:`ForkUnsupported` (the default).
         """
         raise ForkUnsupported(f"{type(self).__name__} does not implement fork()")
+
+    def label(self) -> str:
+        """The short name error messages use for this environment (its class by default).
+
+        A wrapper overrides it to name what it wraps (a rendered text env names its task).
+        """
+        return type(self).__name__
 
 
 @dataclass
@@ -156,11 +189,35 @@ class TrajectoryGroup:
         ]
 
 
+@dataclass(frozen=True)
+class GroupDescription:
+    """What a builder says about its group, for the records and the run identity.
+
+    Every field is optional: an empty description is recorded as an unnamed env with
+    an empty config, its task id taken from the group's position. ``config`` is the
+    environment's configuration as JSON-ready data (hashed into the run identity, so
+    a resumed run with another config is refused); ``tokenizer`` is the one the envs
+    render with (fingerprinted into the run identity, never stored).
+    """
+
+    task_id: str | None = None
+    env_name: str = ""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    split: str | None = None
+    group_size: int | None = None
+    tokenizer: Any = None
+
+
 class EnvGroupBuilder(ABC):
     """Makes the envs of one group (e.g. G copies of one task for GRPO) and scores the group.
 
     Builders are pickled to worker processes and stored in datasets, so they hold
     configuration only; heavy clients are created in :meth:`make_envs` or lazily.
+
+    Required: :meth:`make_envs`. Optional, with defaults: :meth:`compute_group_rewards`,
+    :meth:`logging_tags`, :meth:`cleanup`, :meth:`describe` (task id, env name and
+    config for the records). A builder that runs its whole group itself (tree
+    rollouts) implements :class:`RunsOwnGroup` as well.
     """
 
     @abstractmethod
@@ -176,6 +233,34 @@ class EnvGroupBuilder(ABC):
 
     async def cleanup(self) -> None:
         """Release what :meth:`make_envs` created. Always called; must be idempotent."""
+
+    def describe(self) -> GroupDescription:
+        """Task id, env name, config, split, group size and tokenizer, where known."""
+        return GroupDescription()
+
+
+@runtime_checkable
+class RunsOwnGroup(Protocol):
+    """A builder that runs its group itself instead of one episode per env.
+
+    Tree rollouts fork live episodes mid-way, so the plain "make envs, run each to
+    its end" plan does not describe them. The collector calls :meth:`group_rollout`
+    in place of that plan, with the same retries, timeout and cleanup guarantees.
+    """
+
+    async def group_rollout(self, policy: Any) -> TrajectoryGroup: ...
+
+
+@runtime_checkable
+class ScriptedActions(Protocol):
+    """An env that can answer for itself: the ``scripted`` policy asks it for an action.
+
+    ``variant`` names the script (``"oracle"`` plays to win; envs may offer more).
+    The answer is the action's tokens and the sampler stop reason to report, or
+    ``None`` when the env has no such variant. It may be awaitable.
+    """
+
+    def scripted_action(self, variant: str = "oracle") -> Any: ...
 
 
 class RLDataset(ABC):

@@ -42,8 +42,8 @@ from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.data.advantages import compute_advantages
 from agentenvs.rollout.data.samples import trajectories_to_samples
-from agentenvs.rollout.handoff.verl import to_verl_batch
 from agentenvs.rollout.policies.hf import HFPolicy
+from agentenvs.rollout.trainers.verl.handoff import to_verl_batch
 
 DEMO_GUESS_CONFIG: dict[str, Any] = {
     "low": 1,

@@ -55,8 +55,8 @@ from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.collect.streaming import StreamingCollection
 from agentenvs.rollout.data.advantages import compute_advantages
 from agentenvs.rollout.data.samples import trajectories_to_samples
-from agentenvs.rollout.handoff.verl import to_verl_batch
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
+from agentenvs.rollout.trainers.verl.handoff import to_verl_batch
 from agentenvs.rollout.weights.probe import Probe, torch_reference
 from agentenvs.rollout.weights.sync import WeightSync
 

@@ -37,8 +37,8 @@ from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.data.advantages import compute_advantages, remove_constant_reward_groups
 from agentenvs.rollout.data.samples import trajectories_to_samples
-from agentenvs.rollout.handoff.pytrio import to_pytrio_datums
-from agentenvs.rollout.integrations.pytrio import PyTrioSamplingPolicy
+from agentenvs.rollout.trainers.pytrio.handoff import to_pytrio_datums
+from agentenvs.rollout.trainers.pytrio.sampling_policy import PyTrioSamplingPolicy
 
 
 @dataclass

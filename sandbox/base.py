@@ -17,6 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentenvs.envs.errors import AgentEnvsError
+
 
 class ExecStatus(StrEnum):
     OK = "ok"
@@ -115,11 +117,11 @@ class Capabilities:
         return [name for name in required if not self.active.get(name, False)]
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(AgentEnvsError, RuntimeError):
     """The sandbox cannot start, or cannot start with the isolation asked for."""
 
 
-class SessionForkError(RuntimeError):
+class SessionForkError(AgentEnvsError, RuntimeError):
     """A session could not be forked (the backend cannot, or rebuilding its state failed)."""
 
 

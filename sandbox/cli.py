@@ -110,7 +110,7 @@ def serve_command(
     them (docs/sandbox_server.md).
     """
     from agentenvs.sandbox.base import SandboxConfig
-    from agentenvs.sandbox.server import serve
+    from agentenvs.sandbox.server.app import serve
 
     if backend not in ("local", "docker"):
         err.print(f"error: --backend must be local or docker, not {backend!r}")

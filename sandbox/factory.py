@@ -12,9 +12,9 @@ from typing import Any
 from agentenvs.sandbox.base import Sandbox, SandboxConfig
 
 BACKENDS: dict[str, str] = {
-    "local": "agentenvs.sandbox.local.backend:LocalSandbox",
-    "docker": "agentenvs.sandbox.docker.backend:DockerSandbox",
-    "sandboxfusion": "agentenvs.sandbox.sandboxfusion:SandboxFusionSandbox",
+    "local": "agentenvs.sandbox.backends.local.backend:LocalSandbox",
+    "docker": "agentenvs.sandbox.backends.docker.backend:DockerSandbox",
+    "sandboxfusion": "agentenvs.sandbox.backends.sandboxfusion:SandboxFusionSandbox",
 }
 
 

@@ -16,7 +16,7 @@ from pydantic import Field, field_validator, model_validator
 
 from agentenvs.envs.alfworld.scenes import TASK_TYPES
 from agentenvs.envs.config import EnvConfig
-from agentenvs.envs.rendered import Limits, RenderedEnv
+from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.types import Metrics, Trajectory

@@ -45,7 +45,7 @@ from agentenvs.envs.alfworld.pool import (
     get_pool,
 )
 from agentenvs.envs.forking import copy_task_state
-from agentenvs.envs.rendered import RenderedEnv
+from agentenvs.envs.rendered_env import RenderedEnv
 from agentenvs.envs.renderers import Appended, Renderer, RendererKind
 from agentenvs.envs.text import Message, TextEnv, TextStep
 from agentenvs.envs.types import (

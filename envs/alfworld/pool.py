@@ -35,13 +35,15 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentenvs.envs.errors import AgentEnvsError
+
 WORKER_MODULE = "agentenvs.envs.alfworld.worker"
 SINGLE_THREADED = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 """numpy's OpenBLAS starts a thread pool on import; the engine never uses it, and an
 engine process must stay single-threaded for ``os.fork`` to copy it whole (``fork.py``)."""
 
 
-class ALFWorldWorkerError(RuntimeError):
+class ALFWorldWorkerError(AgentEnvsError, RuntimeError):
     """The engine process could not answer: it died, timed out, or failed to start."""
 
 
@@ -53,7 +55,7 @@ class WorkerTimeout(ALFWorldWorkerError):
     pass
 
 
-class EngineError(RuntimeError):
+class EngineError(AgentEnvsError, RuntimeError):
     """The game engine raised inside a live worker (the worker keeps running)."""
 
 

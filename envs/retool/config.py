@@ -25,10 +25,10 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from agentenvs.envs.config import EnvConfig
-from agentenvs.envs.rendered import Limits, RenderedEnv
+from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
-from agentenvs.envs.retool.data import DataFormat, Problem, load_problems
 from agentenvs.envs.retool.output import ErrorDetail, OutputPolicy
+from agentenvs.envs.retool.problems import DataFormat, Problem, load_problems
 from agentenvs.envs.retool.protocol import Protocol
 from agentenvs.envs.retool.reward import Grader, pass_at_k
 from agentenvs.envs.text import TextEnv

@@ -26,10 +26,11 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
+from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.envs.forking import copy_task_state
 from agentenvs.envs.retool import prompts
-from agentenvs.envs.retool.data import Problem
 from agentenvs.envs.retool.output import TokenCounter, render_result, truncate
+from agentenvs.envs.retool.problems import Problem
 from agentenvs.envs.retool.protocol import (
     CODE_CLOSE,
     code_action,
@@ -63,7 +64,7 @@ HOSTILE_SNIPPETS = (
 )
 
 
-class SandboxFailure(RuntimeError):
+class SandboxFailure(AgentEnvsError, RuntimeError):
     """The sandbox could not execute anything (a dead worker or server), after retries."""
 
 

@@ -17,9 +17,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from agentenvs.envs.config import EnvConfig
-from agentenvs.envs.rendered import Limits, RenderedEnv
+from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
-from agentenvs.envs.search_r1.data import QATask, load_tasks, shipped_tasks
 from agentenvs.envs.search_r1.env import SearchR1Env
 from agentenvs.envs.search_r1.protocol import (
     Protocol,
@@ -27,6 +26,7 @@ from agentenvs.envs.search_r1.protocol import (
     approximate_counter,
     tokenizer_counter,
 )
+from agentenvs.envs.search_r1.questions import QATask, load_tasks, shipped_tasks
 from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
 from agentenvs.envs.search_r1.reward import RewardMode
 

@@ -8,12 +8,13 @@ line by line, so a 21M-passage wiki-18 never sits in memory as Python objects he
 from __future__ import annotations
 
 import gzip
-import json
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import IO
 
+from agentenvs.envs.data_files import json_lines
+from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.envs.search_r1.retrievers.base import Passage
 
 SHIPPED_CORPUS = "corpus.jsonl"
@@ -32,7 +33,7 @@ def resolve_corpus(path: str | Path | None) -> Path:
     return default_corpus_path() if path is None else Path(path).expanduser()
 
 
-class CorpusError(ValueError):
+class CorpusError(AgentEnvsError, ValueError):
     """A corpus file that cannot be read; the message names the file and line."""
 
 
@@ -48,20 +49,14 @@ def iter_corpus(path: str | Path | None = None) -> Iterator[Passage]:
     if not file.is_file():
         raise CorpusError(f"corpus file not found: {file}")
     with _open_text(file) as handle:
-        for line_no, line in enumerate(handle):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise CorpusError(f"{file}:{line_no + 1}: not JSON ({err.msg})") from None
+        for number, row in json_lines(handle, lambda n: f"{file}:{n}", CorpusError):
             contents = row.get("contents")
             if contents is None and "text" in row:  # FlashRAG variant: separate title/text
                 title = row.get("title", "")
                 contents = f'"{title}"\n{row["text"]}' if title else str(row["text"])
             if not isinstance(contents, str):
-                raise CorpusError(f"{file}:{line_no + 1}: no 'contents' string")
-            yield Passage(id=str(row.get("id", line_no)), contents=contents)
+                raise CorpusError(f"{file}:{number}: no 'contents' string")
+            yield Passage(id=str(row.get("id", number - 1)), contents=contents)
 
 
 def load_corpus(path: str | Path | None = None) -> list[Passage]:

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from agentenvs.envs.forking import copy_task_state
 from agentenvs.envs.search_r1 import prompts
-from agentenvs.envs.search_r1.data import QATask
 from agentenvs.envs.search_r1.protocol import (
     TokenCounter,
     cut_at_first_stop,
@@ -37,6 +36,7 @@ from agentenvs.envs.search_r1.protocol import (
     tool_result_json,
     tool_turn_well_formed,
 )
+from agentenvs.envs.search_r1.questions import QATask
 from agentenvs.envs.search_r1.retrievers import make_retriever
 from agentenvs.envs.search_r1.retrievers.base import Passage, QueryRejected, RetrieverError
 from agentenvs.envs.search_r1.reward import score_response

@@ -34,10 +34,6 @@ from agentenvs.rollout.cli.common import (
 from agentenvs.rollout.cli.listing import EnvRow, registered_envs
 from agentenvs.rollout.cli.rollout import RolloutRun, run_rollout
 
-# Environments whose modules do not import are reported by ``agentenvs list`` and the
-# demo; the registry's import-time warning about them would only repeat that.
-logging.getLogger("agentenvs.envs.registry").setLevel(logging.ERROR)
-
 app = typer.Typer(
     name="agentenvs",
     help="Multi-turn agent environments for LLM RL: list, roll out, view, check, demo.",

@@ -18,6 +18,8 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from agentenvs.envs.errors import AgentEnvsError
+
 EXIT_FAILED_GROUPS = 1
 EXIT_BAD_INPUT = 2
 
@@ -25,7 +27,7 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-class CLIError(Exception):
+class CLIError(AgentEnvsError):
     """A problem the user can fix; printed as one line, exit code 2."""
 
 

@@ -46,13 +46,10 @@ def demo_order(names: list[str]) -> list[str]:
 
 
 def demo_overrides(env_name: str) -> dict[str, Any]:
-    """Settings an environment asks for in demos (``demo_overrides`` on its config class)."""
+    """Settings an environment asks for in demos (``EnvConfig.demo_overrides``)."""
     from agentenvs.envs.registry import config_class
 
-    overrides = getattr(config_class(env_name), "demo_overrides", None)
-    if callable(overrides):
-        overrides = overrides()
-    return dict(overrides) if isinstance(overrides, dict) else {}
+    return dict(config_class(env_name).demo_overrides())
 
 
 def run_one(

@@ -78,17 +78,16 @@ def run_rollout(
     ``tree``, as tree rollouts."""
     from agentenvs.envs.registry import make
     from agentenvs.rollout.collect.collector import collect, summarize
+    from agentenvs.rollout.collect.options import OptionError, check_at_least, check_collect_options
     from agentenvs.rollout.collect.store import TrajectoryStore
+    from agentenvs.rollout.policies.base import ClosablePolicy
 
-    for name, value, low in (("groups", groups, 1), ("group-size", group_size, 1)):
-        if value < low:
-            raise CLIError(f"--{name} must be at least {low}, got {value}")
-    if concurrency < 1:
-        raise CLIError(f"--concurrency must be at least 1, got {concurrency}")
-    if retries < 0:
-        raise CLIError(f"--retries must be 0 or more, got {retries}")
-    if group_timeout is not None and group_timeout <= 0:
-        raise CLIError(f"--group-timeout must be positive, got {group_timeout}")
+    try:  # the collector's own checks, the options spelled as flags
+        check_at_least("groups", groups, 1)
+        check_at_least("group_size", group_size, 1)
+        check_collect_options(concurrency=concurrency, retries=retries, group_timeout=group_timeout)
+    except OptionError as error:
+        raise CLIError(error.as_flag()) from None
     config = make(env_name, **(config_overrides or {}))
     options = dict(policy_options or {})
     spec = resolve_tokenizer_spec(tokenizer_spec, policy_name, options)
@@ -113,7 +112,7 @@ def run_rollout(
         policy_options=options,
     )
     out_path = Path(out_path)
-    from agentenvs.rollout.collect.executors.choice import close_executor, make_executor
+    from agentenvs.rollout.collect.executors.choice import make_executor
 
     try:
         chosen = make_executor(
@@ -139,10 +138,9 @@ def run_rollout(
                 executor=chosen,
             )
         finally:
-            await close_executor(chosen)
-            close = getattr(policy, "aclose", None)
-            if callable(close):
-                await close()
+            await chosen.close()
+            if isinstance(policy, ClosablePolicy):
+                await policy.aclose()
 
     started = time.monotonic()
     with collapsed_policy_warnings(err):

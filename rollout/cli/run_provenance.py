@@ -20,7 +20,7 @@ def run_provenance(
     policy_options: dict[str, Any],
 ) -> dict[str, Any]:
     """What produced the run: tokenizer, template, renderer, env and config, policy."""
-    from agentenvs.rollout.collect.collector import policy_provenance
+    from agentenvs.rollout.collect.provenance import policy_provenance
     from agentenvs.rollout.data.provenance import PolicyIdentity, SamplingSettings, build_provenance
 
     described = policy_provenance(policy)

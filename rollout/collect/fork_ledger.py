@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 
 from agentenvs.envs.types import Env
+from agentenvs.rollout.collect.attempts import describe_error
 
 logger = logging.getLogger(__name__)
 
@@ -56,10 +57,7 @@ class ForkLedger:
         except Exception as err:  # any env's failure to copy itself is recorded, not raised
             self.failed += 1
             if len(self.failures) < MAX_FAILURES_KEPT:
-                text = str(err).strip()
-                self.failures.append(
-                    f"{type(err).__name__}: {text}" if text else type(err).__name__
-                )
+                self.failures.append(describe_error(err))
             return None
         self.made += 1
         self._live.append(clone)
@@ -92,10 +90,7 @@ class ForkLedger:
 
 
 async def _close(env: Env) -> None:
-    close = getattr(env, "close", None)
-    if close is None:
-        return
     try:
-        await close()
+        await env.close()
     except Exception:  # cleanup must not mask the rollout's outcome
         logger.exception("closing a forked environment failed")

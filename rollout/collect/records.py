@@ -24,6 +24,7 @@ from agentenvs.envs.types import (
     Transition,
 )
 from agentenvs.rollout.collect.shared_prefix import PrefixRef, encode_leaves, restore_leaves
+from agentenvs.rollout.weights.stamps import SampledBy
 
 FORMAT_VERSION = 1
 """A record whose trajectories are all stored whole."""
@@ -112,6 +113,12 @@ class GroupRecord:
     """Leaves that were read as a reference to their parent's prefix (set by
     :meth:`from_json`, so ``agentenvs check`` can compare them with ``extra["tree"]``;
     :meth:`to_json` works them out again from the tree)."""
+
+    def sampled_by(self) -> SampledBy:
+        """Which weights, which version sampled this group: the recorded
+        ``weights_version`` (the oldest of its turns'), every turn's stamp, and the
+        policy's full weights identity, read from the stored provenance and logs."""
+        return SampledBy.of_group(self.group, self.provenance.get("policy") or {})
 
     def to_json(self, *, share_prefixes: bool = True) -> dict[str, Any]:
         """The stored form. ``share_prefixes=False`` writes every leaf whole (format 1,

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.envs.types import GroupDescription
 from agentenvs.rollout.collect.records import GroupRecord
 
 _POLICY_FIELDS = ("policy", "model", "variant", "source", "temperature", "top_p", "max_tokens")
@@ -110,27 +112,24 @@ def _tokenizer_key_from(entry: Any) -> str | None:
 
 
 def identity_for_collection(
-    builders: Sequence[Any],
+    first: GroupDescription,
     *,
-    env_name: str,
-    env_config: dict[str, Any],
     provenance: dict[str, Any] | None,
     described_policy: dict[str, Any],
 ) -> RunIdentity:
-    """The identity of a collection about to start, from what ``collect`` is given."""
-    first = builders[0] if builders else None
+    """The identity of a collection about to start, from its first group's description
+    (env name and config as ``collect`` resolved them) and what ``collect`` is given."""
     tokenizer = _tokenizer_key_from((provenance or {}).get("tokenizer"))
     if tokenizer is None:
-        tokenizer = tokenizer_key(getattr(first, "tokenizer", None))
-    size = getattr(first, "group_size", None)
-    split = getattr(first, "split", None)
+        tokenizer = tokenizer_key(first.tokenizer)
+    config = dict(first.config)
     return RunIdentity(
-        env=env_name,
-        config_sha256=config_sha256(env_config) if env_config else None,
-        split=split if isinstance(split, str) else None,
+        env=first.env_name,
+        config_sha256=config_sha256(config) if config else None,
+        split=first.split if isinstance(first.split, str) else None,
         tokenizer=tokenizer,
         policy=policy_key(described_policy),
-        group_size=size if isinstance(size, int) else None,
+        group_size=first.group_size if isinstance(first.group_size, int) else None,
     )
 
 
@@ -189,7 +188,7 @@ def _known_differences(stored: RunIdentity, current: RunIdentity) -> list[str]:
     return [d for d in found if not d.split(": ", 1)[1].startswith("unknown in the store")]
 
 
-class RunMismatchError(ValueError):
+class RunMismatchError(AgentEnvsError, ValueError):
     """Resuming into a store made by a different run; the message says what differs."""
 
 

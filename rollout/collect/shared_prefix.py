@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.envs.types import Trajectory
 
 OBSERVATION_FIELDS = ("ob_prefix", "ob_new")
@@ -107,7 +108,7 @@ def encode_leaves(
     return items, shared
 
 
-class PrefixError(ValueError):
+class PrefixError(AgentEnvsError, ValueError):
     """A stored reference that cannot be restored; the message names the leaf."""
 
 

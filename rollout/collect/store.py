@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol, TypeVar
 
+from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.run_identity import ResumeFacts, RunIdentity
 
@@ -53,7 +54,7 @@ class _HasOutcome(Protocol):
 _Outcome = TypeVar("_Outcome", bound=_HasOutcome)
 
 
-class StoreError(ValueError):
+class StoreError(AgentEnvsError, ValueError):
     """The file cannot be read as a trajectory store; the message names file and line."""
 
 

@@ -31,11 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentenvs.envs.types import EnvGroupBuilder
-from agentenvs.rollout.collect.collector import collect, collection_identity, default_key
+from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.options import check_collect_options
+from agentenvs.rollout.collect.plan import plan_collection
 from agentenvs.rollout.collect.records import GroupRecord
-from agentenvs.rollout.collect.run_identity import keys_to_skip
 from agentenvs.rollout.collect.store import TrajectoryStore
-from agentenvs.rollout.policies.base import Policy, PolicyFactory
+from agentenvs.rollout.policies.base import Policy, PolicyFactory, VersionedPolicy
 
 OnStale = Literal["requeue", "drop"]
 
@@ -67,7 +68,12 @@ class _Item:
 
 def record_version(record: GroupRecord) -> Any:
     """The version staleness is judged by: the oldest that sampled any of its turns."""
-    return (record.provenance.get("policy") or {}).get("weights_version")
+    return record.sampled_by().version
+
+
+def _declared_version(policy: object) -> Any:
+    """The version a :class:`VersionedPolicy` says it samples with now (None: unknown)."""
+    return policy.weights_version if isinstance(policy, VersionedPolicy) else None
 
 
 class StreamingCollection:
@@ -94,17 +100,11 @@ class StreamingCollection:
         current_version: Callable[[], Any] | None = None,
         **collect_options: Any,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        check_collect_options(concurrency=concurrency)
         if max_staleness is not None and max_staleness < 0:
             raise ValueError(f"max_staleness must be 0 or more, got {max_staleness}")
         if on_stale not in ("requeue", "drop"):
             raise ValueError(f"on_stale must be 'requeue' or 'drop', got {on_stale!r}")
-        keys = (
-            list(keys) if keys is not None else [default_key(i, b) for i, b in enumerate(builders)]
-        )
-        if len(keys) != len(builders) or len(set(keys)) != len(keys):
-            raise ValueError("need one unique key per builder")
         if collect_options.get("store") is not None or "keys" in collect_options:
             raise ValueError("pass store and keys to StreamingCollection itself")
         self.policy = policy
@@ -113,32 +113,24 @@ class StreamingCollection:
         self.max_staleness = max_staleness
         self.on_stale: OnStale = on_stale
         self.max_requeues = max_requeues
-        self.current_version = current_version or (lambda: getattr(policy, "weights_version", None))
+        self.current_version = current_version or (lambda: _declared_version(policy))
         new_run = bool(collect_options.pop("new_run", False))
         self.collect_options = {"progress": False, **collect_options}
-        done = self._keys_to_skip(builders, new_run) if store is not None else set()
-        self._items = [
-            _Item(i, k, b)
-            for i, (k, b) in enumerate(zip(keys, builders, strict=True))
-            if k not in done
-        ]
-        self.stats = StreamStats(skipped=len(builders) - len(self._items))
-        self.failed: list[GroupRecord] = []
-
-    def _keys_to_skip(self, builders: Sequence[EnvGroupBuilder], new_run: bool) -> set[str]:
-        """The collector's resume rule: this run's ok groups are skipped, and a store
-        whose latest run is another one is refused (:class:`RunMismatchError`)."""
-        assert self.store is not None
-        options = self.collect_options
-        identity = collection_identity(
+        # The collector's plan: keys, and its resume rule (this run's ok groups are
+        # skipped; a store whose latest run is another one is refused).
+        plan = plan_collection(
             builders,
-            self.policy,
-            env_name=options.get("env_name", ""),
-            env_config=options.get("env_config"),
-            provenance=options.get("provenance"),
+            policy,
+            keys=keys,
+            env_name=self.collect_options.get("env_name", ""),
+            env_config=self.collect_options.get("env_config"),
+            provenance=self.collect_options.get("provenance"),
+            store=store,
+            new_run=new_run,
         )
-        facts = self.store.resume_facts()
-        return keys_to_skip(self.store.path, facts, identity, new_run=new_run)
+        self._items = [_Item(g.index, g.key, g.builder) for g in plan.groups]
+        self.stats = StreamStats(skipped=plan.skipped)
+        self.failed: list[GroupRecord] = []
 
     def staleness(self, record: GroupRecord) -> int | None:
         version, current = record_version(record), self.current_version()

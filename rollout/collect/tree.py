@@ -36,31 +36,25 @@ from typing import Any
 from agentenvs.envs.types import (
     Env,
     EnvGroupBuilder,
+    GroupDescription,
     Metrics,
     StopCondition,
     TokensWithLogprobs,
     Trajectory,
     TrajectoryGroup,
     Transition,
-    stop_reason_from_metrics,
 )
 from agentenvs.rollout.collect.fork_ledger import ForkLedger
 from agentenvs.rollout.collect.rollouts import (
     RolloutSlot,
-    check_policy_output,
     current_group_key,
-    current_slot,
-    turn_token_cap,
+    make_group_envs,
+    policy_in_slot,
+    run_concurrently,
+    score_group,
 )
-from agentenvs.rollout.collect.rollouts import _run_all as run_concurrently
-from agentenvs.rollout.policies.base import (
-    Policy,
-    PolicyFactory,
-    TurnSlot,
-    current_turn,
-    policy_for,
-    turn_logs,
-)
+from agentenvs.rollout.collect.turns import finished_trajectory, play_action, sample_action
+from agentenvs.rollout.policies.base import Policy, PolicyFactory, TurnSlot
 
 TREE_FORMAT = 1
 
@@ -161,11 +155,7 @@ class _TreeRun:
         """Branch points that got fewer children (or none) because of ``max_leaves``."""
 
     def policy_for(self, env: Env, lane: int) -> Policy:
-        token = current_slot.set(RolloutSlot(self.group_key, lane))
-        try:
-            return policy_for(self.policy, env)
-        finally:
-            current_slot.reset(token)
+        return policy_in_slot(self.policy, env, RolloutSlot(self.group_key, lane))
 
     async def start(self, root: int, env: Env) -> _Branch:
         observation, stop = await env.initial_observation()
@@ -175,13 +165,13 @@ class _TreeRun:
 
     async def sample(self, branch: _Branch) -> TokensWithLogprobs:
         slot = TurnSlot(self.group_key, branch.lane, len(branch.transitions))
-        token = current_turn.set(slot)
-        try:
-            cap = turn_token_cap(branch.env)
-            output = await branch.policy(branch.observation, branch.stop, max_tokens=cap)
-        finally:
-            current_turn.reset(token)
-        return check_policy_output(output, turn_token_cap(branch.env))
+        return await sample_action(
+            branch.policy,
+            branch.observation,
+            branch.stop,
+            slot=slot,
+            max_tokens=branch.env.max_action_tokens(),
+        )
 
     def children_allowed(self) -> int:
         """How many children a branch point may have now (1 means: do not branch)."""
@@ -261,26 +251,12 @@ class _TreeRun:
 
     async def play(self, branch: _Branch, action: TokensWithLogprobs) -> bool:
         """Step the env with ``action``; True when the episode ended (a leaf is made)."""
-        step = await branch.env.step(action.tokens, extra={"stop_reason": action.stop_reason})
-        branch.transitions.append(
-            Transition(
-                ob=list(branch.observation),
-                ac=action,
-                reward=step.reward,
-                episode_done=step.episode_done,
-                metrics=dict(step.metrics),
-                logs={**step.logs, **turn_logs(action)},
-            )
-        )
+        transition, step = await play_action(branch.env, branch.observation, action)
+        branch.transitions.append(transition)
         if not step.episode_done:
             branch.observation, branch.stop = list(step.next_observation), step.next_stop_condition
             return False
-        trajectory = Trajectory(
-            list(branch.transitions),
-            final_ob=list(step.next_observation),
-            stop_reason=stop_reason_from_metrics(step.metrics),
-        )
-        self.leaves.append(_Leaf(branch, trajectory))
+        self.leaves.append(_Leaf(branch, finished_trajectory(branch.transitions, step)))
         await self.ledger.release(branch.env)
         return True
 
@@ -358,20 +334,13 @@ async def do_tree_rollout(
     """
     run = _TreeRun(schedule, policy, current_group_key.get())
     try:
-        roots = list(await builder.make_envs())
-        if not roots:
-            raise ValueError(f"{type(builder).__name__}.make_envs() returned no envs")
+        roots = await make_group_envs(builder)
         branches = [await run.start(i, env) for i, env in enumerate(roots)]
         await run_concurrently([run.grow(branch) for branch in branches])
         run.leaves.sort(key=lambda leaf: (leaf.branch.root, leaf.branch.path))
         trajectories = [leaf.trajectory for leaf in run.leaves]
         envs = [leaf.branch.env for leaf in run.leaves]
-        scored = list(await builder.compute_group_rewards(trajectories, envs))
-        if len(scored) != len(trajectories):
-            raise ValueError(
-                f"{type(builder).__name__}.compute_group_rewards returned {len(scored)} "
-                f"rewards for {len(trajectories)} leaves"
-            )
+        scored = await score_group(builder, trajectories, envs, noun="leaves")
         described = [
             (
                 leaf.branch.root,
@@ -386,11 +355,7 @@ async def do_tree_rollout(
             described, roots=len(roots), schedule=schedule, ledger=run.ledger, capped=run.capped
         )
         return TreeGroup(
-            trajectories=trajectories,
-            group_rewards=[float(reward) for reward, _ in scored],
-            group_metrics=[dict(metrics) for _, metrics in scored],
-            tags=list(builder.logging_tags()),
-            tree=tree,
+            scored.trajectories, scored.group_rewards, scored.group_metrics, scored.tags, tree=tree
         )
     finally:
         await run.ledger.close_all()
@@ -399,8 +364,9 @@ async def do_tree_rollout(
 
 @dataclass
 class TreeGroupBuilder(EnvGroupBuilder):
-    """A builder whose group is rolled out as trees (the collector's hook: any builder
-    with a ``group_rollout`` method is run through it by ``do_group_rollout``)."""
+    """A builder whose group is rolled out as trees: it
+    :class:`~agentenvs.envs.types.RunsOwnGroup`, and says of itself what its inner
+    builder says (the records and the run identity read :meth:`describe`)."""
 
     inner: EnvGroupBuilder
     schedule: BranchSchedule
@@ -419,14 +385,11 @@ class TreeGroupBuilder(EnvGroupBuilder):
     async def cleanup(self) -> None:
         await self.inner.cleanup()
 
+    def describe(self) -> GroupDescription:
+        return self.inner.describe()
+
     async def group_rollout(self, policy: Policy | PolicyFactory) -> TreeGroup:
         return await do_tree_rollout(self.inner, policy, self.schedule)
-
-    def __getattr__(self, name: str) -> Any:
-        # task_id, config, group_size, ...: what the collector and run identity read
-        if name.startswith("__") or name in ("inner", "schedule"):
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
 
 def as_trees(
@@ -443,10 +406,9 @@ def attach_tree(extra: dict[str, Any], group: TrajectoryGroup | None) -> None:
     its record's ``extra``: the collector's one hook."""
     from agentenvs.rollout.data.tree_advantages import tree_advantage_record
 
-    tree = getattr(group, "tree", None)
-    if group is not None and tree:
-        extra["tree"] = tree
-        extra["tree_advantages"] = tree_advantage_record(group, tree)
+    if isinstance(group, TreeGroup) and group.tree:
+        extra["tree"] = group.tree
+        extra["tree_advantages"] = tree_advantage_record(group, group.tree)
 
 
 def tree_summary(records: Sequence[Any], schedule: BranchSchedule | None = None) -> dict[str, int]:

@@ -12,17 +12,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.data.advantages import Estimator, estimator_info, group_advantages
 from agentenvs.rollout.data.samples import TrainingSample, trajectory_to_samples
 
 
-class StaleSamplesError(ValueError):
+class StaleSamplesError(AgentEnvsError, ValueError):
     """Samples came from weights older than the trainer accepts."""
 
 
 def weights_version(record: GroupRecord) -> Any:
-    return (record.provenance.get("policy") or {}).get("weights_version")
+    """The version staleness is judged by (:meth:`GroupRecord.sampled_by`)."""
+    return record.sampled_by().version
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.data.advantages import ESTIMATORS, group_advantages
 from agentenvs.rollout.data.samples import TrainingSample, trajectory_to_samples
-from agentenvs.rollout.inspect.findings import CheckReport, Finding, Status
+from agentenvs.rollout.inspect.findings import Check, CheckReport, Finding, Status
 from agentenvs.rollout.inspect.token_checks import (
     check_observation_controls,
     check_split_points,
@@ -29,15 +29,10 @@ from agentenvs.rollout.inspect.token_checks import (
 )
 from agentenvs.rollout.inspect.tree_checks import check_trees
 
-__all__ = ["CHECKS", "CheckReport", "Finding", "Status", "check_file", "check_records"]
+__all__ = ["CHECKS", "Check", "CheckReport", "Finding", "Status", "check_file", "check_records"]
 
-CHECKS = (
-    "fixed_input",
-    "fixed_trajectory",
-    "loss_inputs",
-    "completion_boundaries",
-    "re_rendering",
-)
+CHECKS = tuple(Check)
+"""Every check, in the order the docs and reports list them."""
 
 _TOLERANCE = 1e-6
 
@@ -65,7 +60,7 @@ def check_sample_alignment(samples: Sequence[TrainingSample], keys: Sequence[str
         bad = {k: v for k, v in lengths.items() if v != n}
         if bad:
             return Finding(
-                "fixed_trajectory",
+                Check.FIXED_TRAJECTORY,
                 "fail",
                 f"{n} tokens but {bad}: per-token lists do not line up",
                 _sample_where(s, key=key),
@@ -74,11 +69,14 @@ def check_sample_alignment(samples: Sequence[TrainingSample], keys: Sequence[str
             mask = s.loss_mask[pos]
             if mask not in (0, 1):
                 return Finding(
-                    "fixed_trajectory", "fail", f"mask value {mask!r}", _sample_where(s, pos, key)
+                    Check.FIXED_TRAJECTORY,
+                    "fail",
+                    f"mask value {mask!r}",
+                    _sample_where(s, pos, key),
                 )
             if mask == 0 and s.logprobs[pos] != 0.0:
                 return Finding(
-                    "fixed_trajectory",
+                    Check.FIXED_TRAJECTORY,
                     "fail",
                     f"logprob {s.logprobs[pos]:.4g} on a token outside the loss mask: "
                     "logprobs are shifted or the mask misses a sampled token",
@@ -87,20 +85,22 @@ def check_sample_alignment(samples: Sequence[TrainingSample], keys: Sequence[str
         first_in_loss = next((i for i, m in enumerate(s.loss_mask) if m == 1), None)
         if first_in_loss is not None and first_in_loss < s.prompt_length:
             return Finding(
-                "fixed_trajectory",
+                Check.FIXED_TRAJECTORY,
                 "fail",
                 f"loss mask covers a prompt token (the prompt has {s.prompt_length} tokens)",
                 _sample_where(s, first_in_loss, key),
             )
         if n and s.loss_mask[0] == 1:
             return Finding(
-                "fixed_trajectory",
+                Check.FIXED_TRAJECTORY,
                 "fail",
                 "the first token is in the loss mask, but nothing predicts it (no context)",
                 _sample_where(s, 0, key),
             )
     return Finding(
-        "fixed_trajectory", "pass", f"{len(samples)} samples: tokens, masks and logprobs line up"
+        Check.FIXED_TRAJECTORY,
+        "pass",
+        f"{len(samples)} samples: tokens, masks and logprobs line up",
     )
 
 
@@ -124,13 +124,13 @@ def zero_logprob_tokens(samples: Sequence[TrainingSample], keys: Sequence[str] =
         if zero and real:
             key = keys[i] if i < len(keys) else ""
             return Finding(
-                "fixed_trajectory",
+                Check.FIXED_TRAJECTORY,
                 "warn",
                 "a trained token has logprob exactly 0.0: a sampled token of probability ~1, "
                 "or an environment token in the loss mask; pass the store to tell",
                 _sample_where(s, zero[0], key),
             )
-    return Finding("fixed_trajectory", "pass", "no trained token with a 0.0 logprob to explain")
+    return Finding(Check.FIXED_TRAJECTORY, "pass", "no trained token with a 0.0 logprob to explain")
 
 
 def check_samples_against_store(
@@ -152,12 +152,12 @@ def check_samples_against_store(
         want = derived.get((s.group_index, s.traj_index, s.sample_index))
         if want is None:
             return Finding(
-                "fixed_trajectory", "fail", "a sample the store does not hold", _sample_where(s)
+                Check.FIXED_TRAJECTORY, "fail", "a sample the store does not hold", _sample_where(s)
             )
         if s.tokens != want.tokens:
             pos = _first_index_differing(s.tokens, want.tokens)
             return Finding(
-                "fixed_trajectory",
+                Check.FIXED_TRAJECTORY,
                 "fail",
                 "tokens differ from the store's: not what the policy saw and sampled",
                 _sample_where(s, pos),
@@ -170,9 +170,9 @@ def check_samples_against_store(
                 if s.loss_mask[pos] == 1
                 else "loss mask misses a token the policy sampled"
             )
-            return Finding("fixed_trajectory", "fail", detail, _sample_where(s, pos))
+            return Finding(Check.FIXED_TRAJECTORY, "fail", detail, _sample_where(s, pos))
     return Finding(
-        "fixed_trajectory", "pass", f"{len(samples)} samples match the store's tokens and masks"
+        Check.FIXED_TRAJECTORY, "pass", f"{len(samples)} samples match the store's tokens and masks"
     )
 
 
@@ -236,9 +236,9 @@ def check_sample_loss_inputs(
         found = [p for p in (masked, trained) if p is not None]
         if found:
             pos, message = min(found)
-            return Finding("loss_inputs", "fail", message, _sample_where(s, pos, key))
+            return Finding(Check.LOSS_INPUTS, "fail", message, _sample_where(s, pos, key))
     shape = "one per sampled span" if per_step else "the trajectory's own"
-    return Finding("loss_inputs", "pass", f"no advantage on masked tokens; trained: {shape}")
+    return Finding(Check.LOSS_INPUTS, "pass", f"no advantage on masked tokens; trained: {shape}")
 
 
 def check_estimator(
@@ -246,10 +246,10 @@ def check_estimator(
 ) -> Finding:
     """Recompute each group's advantages from its rewards with the recorded estimator."""
     if not estimator or not estimator.get("estimator"):
-        return Finding("loss_inputs", "warn", "no advantage estimator recorded: not re-checked")
+        return Finding(Check.LOSS_INPUTS, "warn", "no advantage estimator recorded: not re-checked")
     if estimator["estimator"] not in ESTIMATORS:  # a tree estimator needs the tree
         return Finding(
-            "loss_inputs",
+            Check.LOSS_INPUTS,
             "warn",
             f"advantages by {estimator['estimator']} are not recomputed from a samples file",
         )
@@ -263,14 +263,14 @@ def check_estimator(
         for t, (got, want) in enumerate(zip(recorded, expected, strict=True)):
             if not math.isclose(got, want, rel_tol=1e-5, abs_tol=1e-5):
                 return Finding(
-                    "loss_inputs",
+                    Check.LOSS_INPUTS,
                     "fail",
                     f"advantage {got:.6g} but {name}"
                     f"{' (std-normalised)' if normalize else ''} of the rewards gives {want:.6g}",
                     f"{label} {group} traj {t}",
                 )
     return Finding(
-        "loss_inputs",
+        Check.LOSS_INPUTS,
         "pass",
         f"advantages match the recorded estimator ({name}"
         f"{', std-normalised' if normalize else ''}) in {len(per_group)} groups",
@@ -280,9 +280,9 @@ def check_estimator(
 def constant_reward_groups(per_group: dict[Any, list[tuple[float, float]]]) -> Finding:
     constant = [g for g, pairs in per_group.items() if len({r for r, _ in pairs}) <= 1]
     if not constant:
-        return Finding("loss_inputs", "pass", "no constant-reward groups")
+        return Finding(Check.LOSS_INPUTS, "pass", "no constant-reward groups")
     return Finding(
-        "loss_inputs",
+        Check.LOSS_INPUTS,
         "warn",
         f"{len(constant)} of {len(per_group)} groups have one reward for every trajectory "
         "(zero advantage: no learning signal)",
@@ -319,7 +319,7 @@ def _fingerprint_fields(provenance: dict[str, Any]) -> dict[str, Any]:
 def check_fixed_input(records: Sequence[GroupRecord]) -> list[Finding]:
     with_provenance = [r for r in records if r.provenance.get("tokenizer")]
     if not with_provenance:
-        return [Finding("fixed_input", "warn", "no provenance recorded: settings not checked")]
+        return [Finding(Check.FIXED_INPUT, "warn", "no provenance recorded: settings not checked")]
     first = _fingerprint_fields(with_provenance[0].provenance)
     findings = []
     for record in with_provenance[1:]:
@@ -328,7 +328,7 @@ def check_fixed_input(records: Sequence[GroupRecord]) -> list[Finding]:
             if value != first[name]:
                 findings.append(
                     Finding(
-                        "fixed_input",
+                        Check.FIXED_INPUT,
                         "fail",
                         f"{name} changed from {first[name]} to {value}",
                         f"group {record.key}",
@@ -338,7 +338,7 @@ def check_fixed_input(records: Sequence[GroupRecord]) -> list[Finding]:
     if not findings:
         findings.append(
             Finding(
-                "fixed_input",
+                Check.FIXED_INPUT,
                 "pass",
                 f"one tokenizer, template, renderer, env config and sampling setting "
                 f"in {len(with_provenance)} groups",
@@ -368,15 +368,17 @@ def check_action_text(records: Sequence[GroupRecord], tokenizer: Any) -> Finding
                         min(len(decoded), len(recorded)),
                     )
                     return Finding(
-                        "fixed_trajectory",
+                        Check.FIXED_TRAJECTORY,
                         "fail",
                         f"sampled tokens decode to {decoded[at : at + 30]!r} where the env read "
                         f"{recorded[at : at + 30]!r} (character {at})",
                         f"group {record.key} traj {t} turn {turn}",
                     )
     if not checked:
-        return Finding("fixed_trajectory", "warn", "no recorded action text to compare")
-    return Finding("fixed_trajectory", "pass", f"{checked} sampled spans decode to the text read")
+        return Finding(Check.FIXED_TRAJECTORY, "warn", "no recorded action text to compare")
+    return Finding(
+        Check.FIXED_TRAJECTORY, "pass", f"{checked} sampled spans decode to the text read"
+    )
 
 
 def check_logprob_lengths(records: Sequence[GroupRecord]) -> Finding:
@@ -386,12 +388,12 @@ def check_logprob_lengths(records: Sequence[GroupRecord]) -> Finding:
                 lp = tr.ac.logprobs
                 if lp is not None and len(lp) != len(tr.ac.tokens):
                     return Finding(
-                        "fixed_trajectory",
+                        Check.FIXED_TRAJECTORY,
                         "fail",
                         f"{len(tr.ac.tokens)} sampled tokens but {len(lp)} logprobs",
                         f"group {record.key} traj {t} turn {turn}",
                     )
-    return Finding("fixed_trajectory", "pass", "every action has one logprob per token")
+    return Finding(Check.FIXED_TRAJECTORY, "pass", "every action has one logprob per token")
 
 
 def check_staleness(
@@ -399,23 +401,22 @@ def check_staleness(
 ) -> list[Finding]:
     versions = []
     for record in records:
-        version = (record.provenance.get("policy") or {}).get("weights_version")
-        versions.append((record.key, version))
+        versions.append((record.key, record.sampled_by().version))
     known = [(k, v) for k, v in versions if v is not None]
     if not known:
         if max_staleness is not None:  # asked for a guarantee the data cannot give
             return [
                 Finding(
-                    "completion_boundaries",
+                    Check.COMPLETION_BOUNDARIES,
                     "fail",
                     "cannot check staleness: no weights version recorded",
                 )
             ]
-        return [Finding("completion_boundaries", "warn", "no weights version recorded")]
+        return [Finding(Check.COMPLETION_BOUNDARIES, "warn", "no weights version recorded")]
     if current_version is None and max_staleness is not None:
         return [
             Finding(
-                "completion_boundaries",
+                Check.COMPLETION_BOUNDARIES,
                 "fail",
                 "cannot check staleness without the current version (pass --current-version)",
             )
@@ -424,7 +425,7 @@ def check_staleness(
         counts = Counter(str(v) for _, v in known)
         return [
             Finding(
-                "completion_boundaries",
+                Check.COMPLETION_BOUNDARIES,
                 "pass",
                 f"weights versions present: {dict(counts)} (pass --current-version to judge)",
             )
@@ -437,7 +438,7 @@ def check_staleness(
         except (TypeError, ValueError):
             return [
                 Finding(
-                    "completion_boundaries",
+                    Check.COMPLETION_BOUNDARIES,
                     "fail",
                     f"weights version {version!r} is not a number",
                     f"group {key}",
@@ -447,11 +448,11 @@ def check_staleness(
         if max_staleness is not None and staleness > max_staleness and worst is None:
             worst = (staleness, key)
     text = ", ".join(f"{s}: {n}" for s, n in sorted(histogram.items()))
-    findings = [Finding("completion_boundaries", "pass", f"staleness histogram {{{text}}}")]
+    findings = [Finding(Check.COMPLETION_BOUNDARIES, "pass", f"staleness histogram {{{text}}}")]
     if worst is not None:
         findings.append(
             Finding(
-                "completion_boundaries",
+                Check.COMPLETION_BOUNDARIES,
                 "fail",
                 f"samples {worst[0]} versions behind (max allowed {max_staleness})",
                 f"group {worst[1]}",
@@ -460,7 +461,9 @@ def check_staleness(
     missing = len(versions) - len(known)
     if missing:
         findings.append(
-            Finding("completion_boundaries", "warn", f"{missing} groups have no weights version")
+            Finding(
+                Check.COMPLETION_BOUNDARIES, "warn", f"{missing} groups have no weights version"
+            )
         )
     return findings
 
@@ -481,7 +484,9 @@ def check_records(
     report.stats = {"groups": len(records), "ok": len(ok), "failed": len(records) - len(ok)}
     if not ok:
         report.findings.append(
-            Finding("fixed_input", "fail", f"no ok group in {len(records)}: nothing to train on")
+            Finding(
+                Check.FIXED_INPUT, "fail", f"no ok group in {len(records)}: nothing to train on"
+            )
         )
     report.findings += check_fixed_input(ok)
 
@@ -512,13 +517,13 @@ def check_records(
     distinct = set(estimators)
     if len(distinct) > 1:
         report.findings.append(
-            Finding("loss_inputs", "fail", f"{len(distinct)} different advantage estimators")
+            Finding(Check.LOSS_INPUTS, "fail", f"{len(distinct)} different advantage estimators")
         )
     recorded = json.loads(estimators[0]) if estimators else None
     if any(r.extra.get("advantages") is not None for r in ok):
         report.findings.append(check_estimator(per_group, recorded, "group"))
     else:
-        report.findings.append(Finding("loss_inputs", "warn", "no advantages stored"))
+        report.findings.append(Finding(Check.LOSS_INPUTS, "warn", "no advantages stored"))
     report.findings.append(constant_reward_groups(per_group))
 
     report.findings += check_staleness(ok, current_version, max_staleness)
@@ -527,7 +532,9 @@ def check_records(
     report.findings += check_split_points(ok, tokenizer)
     if tokenizer is None:
         report.findings.append(
-            Finding("re_rendering", "skip", "no tokenizer (pass --tokenizer) to re-tokenize with")
+            Finding(
+                Check.RE_RENDERING, "skip", "no tokenizer (pass --tokenizer) to re-tokenize with"
+            )
         )
     else:
         keyed = list(zip(sample_keys, samples, strict=True))
@@ -547,7 +554,7 @@ def check_samples(
     report = CheckReport(source, "samples")
     report.stats = {"samples": len(samples)}
     report.findings.append(
-        Finding("fixed_input", "skip", "a samples file carries no provenance; check the store")
+        Finding(Check.FIXED_INPUT, "skip", "a samples file carries no provenance; check the store")
     )
     report.findings.append(check_sample_alignment(samples))
     if reference is None:
@@ -563,10 +570,10 @@ def check_samples(
     report.findings.append(check_estimator(flat, estimator, "group"))
     report.findings.append(constant_reward_groups(flat))
     report.findings.append(
-        Finding("completion_boundaries", "skip", "a samples file carries no weights versions")
+        Finding(Check.COMPLETION_BOUNDARIES, "skip", "a samples file carries no weights versions")
     )
     report.findings.append(
-        Finding("re_rendering", "skip", "a samples file carries no conversation to re-render")
+        Finding(Check.RE_RENDERING, "skip", "a samples file carries no conversation to re-render")
     )
     return report
 
@@ -594,7 +601,7 @@ def file_kind(path: Path) -> Literal["trajectories", "samples"]:
         return "samples"
     raise ValueError(
         f"{path} is neither a trajectory store (written by `agentenvs rollout --out`) nor a "
-        "samples file (written by agentenvs.rollout.handoff.jsonl.write_samples_jsonl)"
+        "samples file (written by agentenvs.rollout.trainers.jsonl.handoff.write_samples_jsonl)"
     )
 
 
@@ -636,7 +643,7 @@ def check_file(
             max_staleness=max_staleness,
             text_trainer=text_trainer,
         )
-    from agentenvs.rollout.handoff.jsonl import sample_from_json
+    from agentenvs.rollout.trainers.jsonl.handoff import sample_from_json
 
     samples, extras = [], []
     for line in _load_lines(path):

@@ -7,7 +7,27 @@ token-level data) can live in its own module and report the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
+
+
+class Check(StrEnum):
+    """The five questions ``agentenvs check`` answers; every finding belongs to one.
+
+    A ``StrEnum`` so a finding's ``check`` is written to JSON, tables and the docs
+    as the plain name (``"fixed_input"``) and compares equal to it."""
+
+    FIXED_INPUT = "fixed_input"
+    """One tokenizer, template, renderer, env config and sampling setting throughout."""
+    FIXED_TRAJECTORY = "fixed_trajectory"
+    """Tokens, masks and logprobs line up and match what the policy saw and sampled."""
+    LOSS_INPUTS = "loss_inputs"
+    """Advantages are the ones the recorded estimator gives, on sampled tokens only."""
+    COMPLETION_BOUNDARIES = "completion_boundaries"
+    """Which weights sampled each group, and whether they are fresh enough."""
+    RE_RENDERING = "re_rendering"
+    """Samples break only where the context stopped extending; text round-trips."""
+
 
 Status = Literal["pass", "fail", "warn", "info", "skip"]
 """``info`` states a fact a user may want (text round-trip differences) without
@@ -16,7 +36,7 @@ judging the data; it never fails a run."""
 
 @dataclass
 class Finding:
-    check: str
+    check: Check
     status: Status
     detail: str
     where: str = ""
@@ -34,10 +54,10 @@ class CheckReport:
     def ok(self) -> bool:
         return not any(f.status == "fail" for f in self.findings)
 
-    def by_check(self, name: str) -> list[Finding]:
+    def by_check(self, name: Check) -> list[Finding]:
         return [f for f in self.findings if f.check == name]
 
-    def status(self, name: str) -> Status:
+    def status(self, name: Check) -> Status:
         statuses = {f.status for f in self.by_check(name)}
         for status in ("fail", "warn", "pass", "info"):
             if status in statuses:

@@ -16,11 +16,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentenvs.envs.env_text import EnvTextEncoder
-from agentenvs.envs.rendered import OBSERVATION_CONTROLS_LOG, PROMPT_CONTROLS_LOG
+from agentenvs.envs.rendered_env import OBSERVATION_CONTROLS_LOG, PROMPT_CONTROLS_LOG
+from agentenvs.envs.tokenizing import EnvTextEncoder
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.data.samples import TrainingSample, trajectory_to_samples
-from agentenvs.rollout.inspect.findings import Finding
+from agentenvs.rollout.inspect.findings import Check, Finding
 
 PREFIX_BREAK_METRIC = "renderer/prefix_breaks"
 
@@ -71,13 +71,13 @@ def check_token_ids(records: Sequence[GroupRecord], tokenizer: Any) -> Finding:
                 if tokens and max(tokens) >= size:
                     pos = next(i for i, tok in enumerate(tokens) if tok >= size)
                     return Finding(
-                        "fixed_trajectory",
+                        Check.FIXED_TRAJECTORY,
                         "fail",
                         f"{what} id {tokens[pos]} is outside the tokenizer's {size} ids "
                         "(an embedding row past the vocabulary): it decodes to nothing",
                         f"group {key} traj {t} turn {turn} {what} token {pos}",
                     )
-    return Finding("fixed_trajectory", "pass", f"every id is within the {size}-id vocabulary")
+    return Finding(Check.FIXED_TRAJECTORY, "pass", f"every id is within the {size}-id vocabulary")
 
 
 def check_observation_controls(
@@ -107,7 +107,7 @@ def check_observation_controls(
                 pos = extra[0]
                 token = span.tokens[pos]
                 return Finding(
-                    "fixed_trajectory",
+                    Check.FIXED_TRAJECTORY,
                     "fail",
                     f"control token {token} ({tokenizer.convert_ids_to_tokens(token)!r}) in an "
                     "observation where the template placed none: environment text became a "
@@ -115,11 +115,11 @@ def check_observation_controls(
                     f"group {key} traj {t} turn {span.turn} token {span.start + pos}",
                 )
     if not checked:
-        return Finding("fixed_trajectory", "warn", "no control-token record to check against")
+        return Finding(Check.FIXED_TRAJECTORY, "warn", "no control-token record to check against")
     detail = f"{checked} observation spans hold only the template's control tokens"
     if unverified:
         detail += f" ({unverified} spans without a record not checked)"
-    return Finding("fixed_trajectory", "pass", detail)
+    return Finding(Check.FIXED_TRAJECTORY, "pass", detail)
 
 
 def _first_difference(a: Sequence[Any], b: Sequence[Any]) -> int:
@@ -142,7 +142,7 @@ def check_split_points(records: Sequence[GroupRecord], tokenizer: Any) -> list[F
         if len(samples) != 1 + breaks:
             return [
                 Finding(
-                    "re_rendering",
+                    Check.RE_RENDERING,
                     "fail",
                     f"{len(samples)} samples but {breaks} recorded prefix breaks: the context "
                     "was rewritten without the collector knowing",
@@ -155,7 +155,7 @@ def check_split_points(records: Sequence[GroupRecord], tokenizer: Any) -> list[F
     if needless is not None:
         findings.append(
             Finding(
-                "re_rendering",
+                Check.RE_RENDERING,
                 "warn",
                 "a prefix break where the new context's text extends the old one: the "
                 "renderer re-encoded a context it could have extended",
@@ -164,7 +164,7 @@ def check_split_points(records: Sequence[GroupRecord], tokenizer: Any) -> list[F
         )
     findings.append(
         Finding(
-            "re_rendering",
+            Check.RE_RENDERING,
             "pass",
             f"samples split exactly at the {breaks_total} recorded prefix breaks; every sample "
             "holds the tokens the policy saw and sampled",
@@ -203,21 +203,23 @@ def check_text_round_trip(
                 )
     if not differing:
         return Finding(
-            "re_rendering", "pass", f"re-tokenizing the decoded text reproduces all {len(samples)}"
+            Check.RE_RENDERING,
+            "pass",
+            f"re-tokenizing the decoded text reproduces all {len(samples)}",
         )
     detail = (
         f"{differing} of {len(samples)} samples re-tokenize to other ids from their decoded text; "
     )
     if text_trainer:
         return Finding(
-            "re_rendering",
+            Check.RE_RENDERING,
             "fail",
             detail + "a trainer that re-tokenizes text would train on tokens the policy "
             "never saw (--text-trainer)",
             first,
         )
     return Finding(
-        "re_rendering",
+        Check.RE_RENDERING,
         "info",
         detail + "expected with byte-level BPE; token-level trainers use the stored ids "
         "(pass --text-trainer to require a round trip)",

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentenvs.rollout.collect.records import GroupRecord
-from agentenvs.rollout.inspect.findings import Finding
+from agentenvs.rollout.inspect.findings import Check, Finding
 
 
 def _structure_problem(record: GroupRecord, tree: dict[str, Any]) -> str | None:
@@ -121,7 +121,9 @@ def check_trees(records: Sequence[GroupRecord]) -> list[Finding]:
     orphans = [r for r, t in trees if not t and r.stored_prefixes]
     if orphans:
         problem = _reference_problem(orphans[0], None)
-        return [Finding("fixed_trajectory", "fail", f"tree structure: {problem}", orphans[0].key)]
+        return [
+            Finding(Check.FIXED_TRAJECTORY, "fail", f"tree structure: {problem}", orphans[0].key)
+        ]
     trees = [(r, t) for r, t in trees if t]
     if not trees:
         return []
@@ -136,12 +138,12 @@ def check_trees(records: Sequence[GroupRecord]) -> list[Finding]:
         if failed is not None:
             record, problem = failed
             findings.append(
-                Finding("fixed_trajectory", "fail", f"tree {name}: {problem}", record.key)
+                Finding(Check.FIXED_TRAJECTORY, "fail", f"tree {name}: {problem}", record.key)
             )
             return findings  # the prefix check reads the structure: stop at its first failure
         findings.append(
             Finding(
-                "fixed_trajectory",
+                Check.FIXED_TRAJECTORY,
                 "pass",
                 f"tree {name} holds ({len(trees)} trees, {leaves} leaves"
                 + (

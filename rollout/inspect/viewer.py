@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.envs.types import Trajectory
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.inspect.decode import DecodedSpan, Piece, decode_pieces, decode_span
@@ -43,7 +44,7 @@ TEMPLATE_NAME = "viewer.html.j2"
 SCRIPT_NAME = "viewer.js"
 
 
-class ViewerError(RuntimeError):
+class ViewerError(AgentEnvsError, RuntimeError):
     """The file cannot be shown; the message says why in one line."""
 
 
@@ -326,12 +327,3 @@ def render_html(
         data=Markup(embed_json(data)),
         script=Markup(script.replace("</", "<\\/")),
     )
-
-
-def __getattr__(name: str) -> Any:
-    """``render_terminal`` moved to :mod:`terminal_view`; old imports keep working."""
-    if name == "render_terminal":
-        from agentenvs.rollout.inspect.terminal_view import render_terminal
-
-        return render_terminal
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

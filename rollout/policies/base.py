@@ -3,6 +3,23 @@
 A policy returns the tokens it sampled *exactly*, including the stop sequence or
 end-of-sequence token that ended the turn, with per-token logprobs when it has
 them, and why it stopped. Nothing downstream re-tokenizes them.
+
+:class:`Policy` is the whole requirement. Everything else the collector, the
+executors and the weight sync may ask of a policy is an optional capability,
+declared here so a policy author can see it and a type checker can check it:
+
+* :class:`PerEnvFactory` (``per_env = True``): called with each env to make that
+  env's policy (scripted and replay policies need to know their env).
+* :class:`SelfDescribing` (``provenance()``): what the records say sampled them.
+* :class:`VersionedPolicy` (``weights_version``): which version of the weights it
+  samples with, recorded with every group so a trainer can judge staleness.
+* :class:`TracksWeights` (``weights``): the full :class:`WeightsIdentity`, which a
+  Ray executor ships to the copies it builds in its actors.
+* :class:`GatedPolicy` (``gate``): a :class:`SwapGate` a weight sync closes while
+  it swaps, so no request is labelled with weights that did not serve it.
+* :class:`ClosablePolicy` (``aclose()``): resources (an HTTP client) to release.
+
+A policy that answers with :class:`StampedTokens` gets its stamp recorded per turn.
 """
 
 from __future__ import annotations
@@ -11,9 +28,14 @@ import hashlib
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.envs.types import Env, Logs, StopCondition, TokensWithLogprobs
+
+if TYPE_CHECKING:
+    from agentenvs.rollout.weights.gate import SwapGate
+    from agentenvs.rollout.weights.identity import WeightsIdentity
 
 
 @runtime_checkable
@@ -27,13 +49,77 @@ PolicyFactory = Callable[[Env], Policy]
 """Makes a policy for one env: scripted and replay policies need to know their env."""
 
 
-class PolicyError(RuntimeError):
+@runtime_checkable
+class PerEnvFactory(Protocol):
+    """Makes one policy per env; the collector calls it with each env it builds.
+
+    Marked by ``per_env = True`` (a class attribute, or an attribute set on a plain
+    function), because a factory and a shared policy are both callables and cannot
+    be told apart otherwise. ``per_env = False`` is a shared policy."""
+
+    per_env: bool
+
+    def __call__(self, env: Env) -> Policy: ...
+
+
+@runtime_checkable
+class SelfDescribing(Protocol):
+    """Says what it is for the records (model, sampling settings, weights).
+
+    Asked when a group finishes, so what is learnt while sampling (a model name
+    found on the server) is recorded. A policy without it is recorded by its
+    class name."""
+
+    def provenance(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class VersionedPolicy(Protocol):
+    """Samples with a known version of the weights (None: not known).
+
+    Recorded in each group's provenance; a weight sync bumps it, and streaming
+    collection drops groups sampled too many versions ago."""
+
+    weights_version: int | str | None
+
+
+@runtime_checkable
+class TracksWeights(Protocol):
+    """Knows the full identity of the weights it samples with, not only the version.
+
+    Settable: a Ray executor moves the copies it built in its actors to the
+    driver's identity after a sync."""
+
+    weights: WeightsIdentity
+
+
+@runtime_checkable
+class GatedPolicy(Protocol):
+    """Sends its requests through a :class:`SwapGate` a weight sync closes while it
+    swaps; the Ray executor links the gates of its actors' copies to it."""
+
+    gate: SwapGate
+
+
+@runtime_checkable
+class ClosablePolicy(Protocol):
+    """Holds resources (an HTTP client) that whoever made it releases at the end."""
+
+    async def aclose(self) -> None: ...
+
+
+class PolicyError(AgentEnvsError, RuntimeError):
     """The policy could not produce an action (a dead server, a bad response)."""
+
+
+def is_per_env(policy: object) -> bool:
+    """True for a :class:`PerEnvFactory` whose ``per_env`` marker is set."""
+    return isinstance(policy, PerEnvFactory) and bool(policy.per_env)
 
 
 def policy_for(policy: Policy | PolicyFactory, env: Env) -> Policy:
     """Accept a shared policy or a per-env factory; factories are marked by ``per_env``."""
-    if getattr(policy, "per_env", False):
+    if is_per_env(policy):
         return policy(env)  # type: ignore[call-arg, return-value]
     return policy  # type: ignore[return-value]
 
@@ -68,7 +154,7 @@ class StampedTokens(TokensWithLogprobs):
 
 def turn_logs(action: TokensWithLogprobs) -> Logs:
     """The ``policy/...`` log entries of an action (none for a plain one)."""
-    stamp = getattr(action, "stamp", None) or {}
+    stamp = action.stamp if isinstance(action, StampedTokens) else {}
     return {f"policy/{key}": value for key, value in stamp.items()}
 
 

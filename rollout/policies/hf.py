@@ -30,6 +30,7 @@ from typing import Any
 
 from agentenvs.envs.types import SamplerStopReason, StopCondition, TokensWithLogprobs
 from agentenvs.rollout.policies.base import PolicyError
+from agentenvs.rollout.policies.stop import split_stop
 
 
 class HFSampler:
@@ -70,8 +71,10 @@ class HFSampler:
 
         if not prompt:
             raise PolicyError("cannot sample from an empty observation")
-        stop_strings = [s for s in stop if isinstance(s, str) and s]
-        stop_ids = {s for s in stop if isinstance(s, int) and not isinstance(s, bool)}
+        split = split_stop(stop)
+        # An empty string would "complete" after every token: it is no stop here.
+        stop_strings = [s for s in split.strings if s]
+        stop_ids = set(split.ids)
         limit = max_tokens
         if self.context_size is not None:
             limit = min(limit, self.context_size - len(prompt))

@@ -54,6 +54,7 @@ from agentenvs.rollout.policies.base import (
     current_turn,
     derive_seed,
 )
+from agentenvs.rollout.policies.stop import split_stop
 from agentenvs.rollout.weights.gate import SwapGate
 from agentenvs.rollout.weights.identity import WeightsIdentity
 
@@ -230,8 +231,6 @@ class OpenAICompatPolicy:
     def _vllm_body(
         self, prompt: list[int], stop: StopCondition, cap: int, seed: int | None = None
     ) -> dict[str, Any]:
-        strings = [s for s in stop if isinstance(s, str)]
-        ids = [s for s in stop if isinstance(s, int)]
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": list(prompt),
@@ -244,10 +243,7 @@ class OpenAICompatPolicy:
             "include_stop_str_in_output": True,
             "skip_special_tokens": False,
         }
-        if strings:
-            body["stop"] = strings
-        if ids:
-            body["stop_token_ids"] = ids
+        body.update(split_stop(stop).request_fields())
         if seed is not None:
             body["seed"] = seed
         return body
@@ -262,12 +258,7 @@ class OpenAICompatPolicy:
             "skip_special_tokens": False,
             "no_stop_trim": True,
         }
-        strings = [s for s in stop if isinstance(s, str)]
-        ids = [s for s in stop if isinstance(s, int)]
-        if strings:
-            params["stop"] = strings
-        if ids:
-            params["stop_token_ids"] = ids
+        params.update(split_stop(stop).request_fields())
         if seed is not None:
             params["sampling_seed"] = seed
         return {"input_ids": list(prompt), "sampling_params": params, "return_logprob": True}
@@ -351,7 +342,8 @@ class OpenAICompatPolicy:
             if response.status_code >= 400:
                 raise PolicyError(
                     f"policy server {url} rejected the request: "
-                    f"HTTP {response.status_code}: {_snippet(response)}"
+                    f"HTTP {response.status_code}: {_snippet(response)}",
+                    status=response.status_code,
                 )
             try:
                 return response.json()

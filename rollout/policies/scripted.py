@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from agentenvs.envs.types import Env, StopCondition, TokensWithLogprobs
+from agentenvs.envs.types import Env, ScriptedActions, StopCondition, TokensWithLogprobs
 from agentenvs.rollout.policies.base import PolicyError
 
 
@@ -37,15 +37,14 @@ class ScriptedEnvPolicy:
     async def __call__(
         self, observation: list[int], stop: StopCondition, *, max_tokens: int | None = None
     ) -> TokensWithLogprobs:
-        scripted = getattr(self.env, "scripted_action", None)
-        if not callable(scripted):
-            raise PolicyError(f"environment {_env_label(self.env)} has no scripted policy")
-        answer = scripted(self.variant)
+        if not isinstance(self.env, ScriptedActions):
+            raise PolicyError(f"environment {self.env.label()} has no scripted policy")
+        answer = self.env.scripted_action(self.variant)
         if inspect.isawaitable(answer):
             answer = await answer
         if answer is None:
             raise PolicyError(
-                f"environment {_env_label(self.env)} has no scripted variant {self.variant!r}"
+                f"environment {self.env.label()} has no scripted variant {self.variant!r}"
             )
         tokens, stop_reason = answer
         tokens = list(tokens)
@@ -53,8 +52,3 @@ class ScriptedEnvPolicy:
             # Behave like a sampler that hit its cap.
             tokens, stop_reason = tokens[:max_tokens], "length"
         return TokensWithLogprobs(tokens, [0.0] * len(tokens), stop_reason)
-
-
-def _env_label(env: Env) -> str:
-    task = getattr(env, "task", None)
-    return type(task).__name__ if task is not None else type(env).__name__

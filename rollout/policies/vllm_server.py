@@ -33,11 +33,13 @@ from pathlib import Path
 
 import httpx
 
+from agentenvs.envs.errors import AgentEnvsError
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_VENV = REPO_ROOT / ".venv-vllm"
 
 
-class VLLMStartError(RuntimeError):
+class VLLMStartError(AgentEnvsError, RuntimeError):
     """The vLLM server could not be started, died, or was not ready in time."""
 
 

@@ -19,12 +19,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 
 
-class WeightSyncError(RuntimeError):
-    """The engine refused or could not apply a weight change."""
+class WeightSyncError(AgentEnvsError, RuntimeError):
+    """The engine refused or could not apply a weight change.
+
+    ``status`` is the HTTP status of the server's answer when it gave one.
+    """
+
+
+_MISSING = frozenset({404, 405})
+"""The statuses with which vLLM says an endpoint is not there (its flag is off)."""
 
 
 _ENABLE = {
@@ -50,9 +58,11 @@ class VLLMEngine:
             return await self.policy.request("POST", path, body, server=self.url)
         except PolicyError as err:
             hint = _ENABLE.get(path.split("?")[0])
-            if hint and ("HTTP 404" in str(err) or "HTTP 405" in str(err)):
-                raise WeightSyncError(f"{path} is not available: {hint} ({err})") from None
-            raise WeightSyncError(f"{path} failed: {err}") from None
+            if hint and err.status in _MISSING:
+                raise WeightSyncError(
+                    f"{path} is not available: {hint} ({err})", status=err.status
+                ) from None
+            raise WeightSyncError(f"{path} failed: {err}", status=err.status) from None
 
     async def pause(self) -> bool:
         """Drain running requests and hold new ones; False when the engine cannot."""
@@ -65,10 +75,10 @@ class VLLMEngine:
                 "POST", "/pause?mode=wait&clear_cache=false", None, server=self.url
             )
         except PolicyError as err:
-            if "HTTP 404" in str(err):
+            if err.status == 404:
                 self.can_pause = False
                 return False
-            raise WeightSyncError(f"/pause failed: {err}") from None
+            raise WeightSyncError(f"/pause failed: {err}", status=err.status) from None
         self.can_pause = True
         return True
 

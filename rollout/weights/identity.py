@@ -10,7 +10,8 @@ the version was trusted.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +45,13 @@ class WeightsIdentity:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WeightsIdentity:
+        """Read back :meth:`to_json`; fields it does not know are ignored, so a record
+        written by a newer version still reads."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def hash_weights(directory: str | Path) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 
 ReferenceLogprobs = Callable[[list[int], int], list[float] | Awaitable[list[float]]]
@@ -28,7 +29,7 @@ TOLERANCE = {"float32": 1e-3, "float16": 5e-2, "bfloat16": 1.5e-1}
 """Max |logprob difference| accepted per dtype: fp32 engines agree to ~1e-5 here."""
 
 
-class VerificationError(RuntimeError):
+class VerificationError(AgentEnvsError, RuntimeError):
     """The server's logprobs on the probe do not match the trainer's new weights."""
 
 

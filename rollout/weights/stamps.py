@@ -1,29 +1,107 @@
-"""Per-turn weight stamps -> the group-level version staleness is judged by.
+"""Per-turn weight stamps -> which weights sampled a group, as one typed answer.
 
 A policy stamps each turn with the version that served it (``policy/weights_version``
-in the transition's logs). When a sync lands mid-episode, one group holds turns
-from two versions; its recorded ``weights_version`` is then the *oldest* of them,
-because staleness must be judged by the oldest weights that produced any of its
-tokens, and the full set is kept next to it.
+in the transition's logs) and, when it knows them, the weights' label
+(``policy/weights``, :meth:`WeightsIdentity.label`). When a sync lands mid-episode,
+one group holds turns from two versions; its recorded ``weights_version`` is then
+the *oldest* of them, because staleness must be judged by the oldest weights that
+produced any of its tokens, and the full set is kept next to it.
+
+The stored form stays those log keys and the ``provenance["policy"]`` fields;
+:class:`SampledBy` is how Python code reads them back (``GroupRecord.sampled_by()``
+for a record, :meth:`SampledBy.of_trajectory` for one trajectory), so no reader
+digs through the dicts itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from agentenvs.envs.types import TrajectoryGroup
+from agentenvs.envs.types import Trajectory, TrajectoryGroup
+from agentenvs.rollout.weights.identity import WeightsIdentity
 
 VERSION_LOG = "policy/weights_version"
+"""The per-turn log key of the version that served the turn."""
+WEIGHTS_LOG = "policy/weights"
+"""The per-turn log key of the served weights' label (``lora:name@hash``)."""
+
+Version = int | str
+"""A weights version: a trainer's step number, or any label it bumps."""
 
 
-def turn_versions(group: TrajectoryGroup) -> list[Any]:
-    """The stamped version of every turn that has one, in trajectory order."""
-    return [
-        tr.logs[VERSION_LOG]
-        for traj in group.trajectories
-        for tr in traj.transitions
-        if VERSION_LOG in tr.logs
-    ]
+@dataclass(frozen=True)
+class TurnStamp:
+    """The weights one turn was sampled with, as its policy stamped it."""
+
+    traj_index: int
+    turn: int
+    version: Version
+    label: str | None = None
+    """:meth:`WeightsIdentity.label` of the weights, when the policy knows them."""
+
+
+@dataclass(frozen=True)
+class SampledBy:
+    """Which weights, which version sampled a group (or one trajectory)."""
+
+    version: Version | None
+    """The version staleness is judged by: the oldest that sampled any turn, or for
+    a policy that does not stamp turns the version it declared (None: unknown)."""
+    versions: tuple[Version, ...] = ()
+    """Every distinct version the turns were stamped with, oldest first; more than
+    one when a sync landed mid-group, none when no turn is stamped."""
+    turns: tuple[TurnStamp, ...] = ()
+    """The stamp of every stamped turn, in trajectory order."""
+    weights: WeightsIdentity | None = field(default=None, compare=False)
+    """The full identity the policy held when the group finished (newer than
+    :attr:`version` when a sync landed mid-group); None if the policy has none."""
+
+    @property
+    def oldest(self) -> TurnStamp | None:
+        """The first turn stamped with :attr:`version` (what staleness is judged by)."""
+        return next((t for t in self.turns if t.version == self.version), None)
+
+    @property
+    def label(self) -> str | None:
+        """The label of the weights that sampled the oldest stamped turn."""
+        oldest = self.oldest
+        return oldest.label if oldest is not None else None
+
+    @classmethod
+    def of_trajectories(
+        cls, trajectories: Iterable[Trajectory], policy: Mapping[str, Any] | None = None
+    ) -> SampledBy:
+        """From the turns' stamps, and a record's ``provenance["policy"]`` section
+        when there is one (its ``weights_version`` is the one recorded, kept as is)."""
+        turns = tuple(
+            TurnStamp(t, n, tr.logs[VERSION_LOG], tr.logs.get(WEIGHTS_LOG))
+            for t, traj in enumerate(trajectories)
+            for n, tr in enumerate(traj.transitions)
+            if VERSION_LOG in tr.logs
+        )
+        versions = _distinct(t.version for t in turns)
+        if policy is None:
+            return cls(versions[0] if versions else None, versions, turns)
+        weights = policy.get("weights")
+        return cls(
+            policy.get("weights_version"),
+            versions,
+            turns,
+            WeightsIdentity.from_json(weights) if isinstance(weights, Mapping) else None,
+        )
+
+    @classmethod
+    def of_group(
+        cls, group: TrajectoryGroup | None, policy: Mapping[str, Any] | None = None
+    ) -> SampledBy:
+        return cls.of_trajectories(group.trajectories if group is not None else (), policy)
+
+    @classmethod
+    def of_trajectory(cls, traj: Trajectory) -> SampledBy:
+        """One trajectory's own answer, from its stamps alone (a trainer's batch row)."""
+        return cls.of_trajectories([traj])
 
 
 def with_turn_versions(described: dict[str, Any], group: TrajectoryGroup | None) -> dict[str, Any]:
@@ -32,15 +110,18 @@ def with_turn_versions(described: dict[str, Any], group: TrajectoryGroup | None)
     Unchanged when no turn is stamped (policies that do not stamp). Versions that
     are not all numbers cannot be ordered; the first one is kept then.
     """
-    versions = turn_versions(group) if group is not None else []
-    if not versions:
+    distinct = SampledBy.of_group(group).versions
+    if not distinct:
         return described
-    distinct = sorted(set(versions), key=_order)
     described = dict(described)
     described["weights_version"] = distinct[0]
     if len(distinct) > 1:
-        described["weights_versions"] = distinct
+        described["weights_versions"] = list(distinct)
     return described
+
+
+def _distinct(versions: Iterable[Version]) -> tuple[Version, ...]:
+    return tuple(sorted(set(versions), key=_order))
 
 
 def _order(version: Any) -> tuple[int, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from agentenvs.envs.errors import AgentEnvsError
+
 
 @dataclass
 class Passage:
@@ -19,7 +21,7 @@ class Passage:
     score: float | None = None
 
 
-class RetrieverError(RuntimeError):
+class RetrieverError(AgentEnvsError, RuntimeError):
     """Retrieval failed (a dead server, a missing index); the message says which."""
 
 

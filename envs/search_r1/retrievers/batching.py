@@ -17,6 +17,7 @@ import asyncio
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -195,3 +196,41 @@ class TopKBatcher(Generic[Result]):
         batcher = self._batchers.pop_current()
         if batcher is not None:
             await batcher.close()
+
+
+class BlockingSearch(Generic[Result]):
+    """A retriever's blocking batched search, run on one executor and micro-batched.
+
+    The local backends whose search must stay on one thread use this: dense (a
+    one-thread pool, since torch and faiss already use every core per call) and
+    Lucene (the JVM thread pyjnius is attached to). ``executor`` is asked for the
+    executor at every batch, so a backend may hand out one made lazily.
+    """
+
+    def __init__(
+        self,
+        search_batch: Callable[[list[str], int], list[list[Result]]],
+        executor: Callable[[], Executor],
+        *,
+        batch_size: int,
+        batch_wait_ms: float,
+    ) -> None:
+        self._search_batch = search_batch
+        self._executor = executor
+        self._batcher: TopKBatcher[Result] = TopKBatcher(
+            self._on_executor, max_batch=batch_size, max_wait_s=batch_wait_ms / 1000
+        )
+
+    async def _on_executor(self, queries: list[str], k: int) -> list[list[Result]]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor(), self._search_batch, queries, k)
+
+    async def search(self, queries: list[str], topk: int) -> list[list[Result]]:
+        if not queries:
+            return []
+        if topk < 1:
+            return [[] for _ in queries]
+        return await self._batcher.search(queries, topk)
+
+    async def close(self) -> None:
+        await self._batcher.close()

@@ -13,7 +13,6 @@ used at search time unless the caller passes another. Blank queries return no pa
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import shutil
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentenvs.envs.search_r1.retrievers.base import Passage, Retriever, RetrieverError
-from agentenvs.envs.search_r1.retrievers.batching import TopKBatcher
+from agentenvs.envs.search_r1.retrievers.batching import BlockingSearch
 from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
 from agentenvs.envs.search_r1.retrievers.dense_encoder import Encoder, SentenceEncoder, model_label
 from agentenvs.envs.search_r1.retrievers.dense_faiss import (
@@ -279,8 +278,11 @@ class DenseRetriever(Retriever):
             )
         # One worker: torch and faiss already use every core per call.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentenvs-dense")
-        self._batcher: TopKBatcher[Passage] = TopKBatcher(
-            self._search_on_worker, max_batch=batch_size, max_wait_s=batch_wait_ms / 1000
+        self._batched: BlockingSearch[Passage] = BlockingSearch(
+            self.search_batch,
+            lambda: self._worker,
+            batch_size=batch_size,
+            batch_wait_ms=batch_wait_ms,
         )
 
     @classmethod
@@ -328,20 +330,12 @@ class DenseRetriever(Retriever):
                 results[i].append(Passage(id=passage_id, contents=contents, score=float(score)))
         return results
 
-    async def _search_on_worker(self, queries: list[str], k: int) -> list[list[Passage]]:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._worker, self.search_batch, queries, k)
-
     async def search(self, queries: list[str], topk: int) -> list[list[Passage]]:
-        if not queries:
-            return []
-        if topk < 1:
-            return [[] for _ in queries]
-        return await self._batcher.search(queries, topk)
+        return await self._batched.search(queries, topk)
 
     def search_sync(self, queries: list[str], topk: int) -> list[list[Passage]]:
         """Blocking search from synchronous code (benchmarks, scripts)."""
         return self.search_batch(queries, topk)
 
     async def close(self) -> None:
-        await self._batcher.close()
+        await self._batched.close()

@@ -46,15 +46,17 @@ PROBE_QUERY = "information"
 
 
 class _StatusError(RetrieverError):
-    """The server answered with an HTTP error status (it is up, the request failed)."""
+    """The server answered with an HTTP error status (it is up, the request failed);
+    :attr:`status` is that status."""
 
 
 class _Rejected(list):
     """The hits slot of a query the server refused; ``search`` raises for its caller."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, status: int | None) -> None:
         super().__init__()
         self.reason = reason
+        self.status = status
 
 
 @dataclass
@@ -89,7 +91,7 @@ class HttpRetriever(Retriever):
         found = await self._state.get().batcher.submit([(q, topk) for q in queries])
         for hits in found:
             if isinstance(hits, _Rejected):
-                raise QueryRejected(hits.reason)
+                raise QueryRejected(hits.reason, status=hits.status)
         return found
 
     async def _post_batch(self, items: list[tuple[str, int]]) -> list[list[Passage]]:
@@ -124,7 +126,7 @@ class HttpRetriever(Retriever):
                 await self.post([PROBE_QUERY], 1)
             except _StatusError:
                 raise batch_error from None
-        return [_Rejected(str(a)) if isinstance(a, _StatusError) else a for a in answers]
+        return [_Rejected(str(a), a.status) if isinstance(a, _StatusError) else a for a in answers]
 
     async def post(self, queries: list[str], topk: int) -> list[list[Passage]]:
         """One request (with retries) for ``queries``; no batching."""
@@ -134,6 +136,7 @@ class HttpRetriever(Retriever):
         attempts = cfg.max_retries + 1
         last_error = "no attempt made"
         status_failed = False  # did the last attempt get an HTTP answer (the server is up)?
+        last_status: int | None = None  # that answer's status, when there was one
         for attempt in range(attempts):
             if attempt:
                 delay = cfg.retry_backoff_s * 2 ** (attempt - 1)
@@ -146,21 +149,23 @@ class HttpRetriever(Retriever):
                 response = await client.post(self.url, json=payload)
             except httpx.TimeoutException:
                 last_error = f"no answer within {cfg.timeout_s:g}s"
-                status_failed = False
+                status_failed, last_status = False, None
                 continue
             except httpx.TransportError as err:
                 last_error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-                status_failed = False
+                status_failed, last_status = False, None
                 continue
             if response.status_code in _RETRY_STATUS:
                 last_error = f"HTTP {response.status_code} {response.text[:200]!r}"
                 # 500 may be about the query; 429, 502-504 are about the server.
                 status_failed = response.status_code == 500
+                last_status = response.status_code
                 continue
             if response.status_code != 200:
                 raise _StatusError(
                     f"retrieval server {self.url} refused the request: HTTP "
-                    f"{response.status_code} {response.text[:200]!r}"
+                    f"{response.status_code} {response.text[:200]!r}",
+                    status=response.status_code,
                 )
             try:
                 return parse_response(response.json(), len(queries))
@@ -168,7 +173,8 @@ class HttpRetriever(Retriever):
                 raise RetrieverError(f"retrieval server {self.url}: {err}") from None
         error = _StatusError if status_failed else RetrieverError
         raise error(
-            f"retrieval server {self.url} is unavailable after {attempts} attempt(s): {last_error}"
+            f"retrieval server {self.url} is unavailable after {attempts} attempt(s): {last_error}",
+            status=last_status,
         )
 
     async def close(self) -> None:

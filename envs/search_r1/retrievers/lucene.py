@@ -12,14 +12,13 @@ one ``batch_search`` (Anserini runs the batch on ``threads`` Java threads).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from agentenvs.envs.search_r1.retrievers.base import Passage, Retriever, RetrieverError
-from agentenvs.envs.search_r1.retrievers.batching import TopKBatcher
+from agentenvs.envs.search_r1.retrievers.batching import BlockingSearch
 from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
 from agentenvs.envs.search_r1.retrievers.indexing import ProgressCallback
 from agentenvs.envs.search_r1.retrievers.lucene_index import (
@@ -116,8 +115,8 @@ class LuceneRetriever(Retriever):
         self.k1, self.b, self.threads = k1, b, max(1, threads)
         self.info: LuceneIndexInfo | None = read_index_info(self.index_dir)
         self._searcher: Any = run_on_jvm_thread(self._open)
-        self._batcher: TopKBatcher[Passage] = TopKBatcher(
-            self._search_on_jvm, max_batch=batch_size, max_wait_s=batch_wait_ms / 1000
+        self._batched: BlockingSearch[Passage] = BlockingSearch(
+            self.search_batch, jvm_thread, batch_size=batch_size, batch_wait_ms=batch_wait_ms
         )
 
     @classmethod
@@ -190,16 +189,8 @@ class LuceneRetriever(Retriever):
 
     # ---- async interface ----------------------------------------------------------------
 
-    async def _search_on_jvm(self, queries: list[str], k: int) -> list[list[Passage]]:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(jvm_thread(), self.search_batch, queries, k)
-
     async def search(self, queries: list[str], topk: int) -> list[list[Passage]]:
-        if not queries:
-            return []
-        if topk < 1:
-            return [[] for _ in queries]
-        return await self._batcher.search(queries, topk)
+        return await self._batched.search(queries, topk)
 
     def search_sync(self, queries: list[str], topk: int) -> list[list[Passage]]:
         """Blocking search from synchronous code (benchmarks, scripts)."""
@@ -208,4 +199,4 @@ class LuceneRetriever(Retriever):
         return run_on_jvm_thread(self.search_batch, queries, topk)
 
     async def close(self) -> None:
-        await self._batcher.close()
+        await self._batched.close()

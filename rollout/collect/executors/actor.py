@@ -41,6 +41,7 @@ from typing import Any
 from agentenvs.rollout.collect.executors.bridge import BridgedPolicy
 from agentenvs.rollout.collect.executors.spec import PolicySpec
 from agentenvs.rollout.collect.executors.wire import pack_group
+from agentenvs.rollout.policies.base import GatedPolicy, TracksWeights, VersionedPolicy, is_per_env
 from agentenvs.rollout.weights.gate import SwapGate
 from agentenvs.rollout.weights.identity import WeightsIdentity
 
@@ -71,8 +72,15 @@ class ShippedPolicy:
 
 def driver_weights(policy: Any) -> WeightsIdentity | None:
     """The weights a driver-side policy says it samples with, if it tracks them."""
-    weights = getattr(policy, "weights", None)
-    return weights if isinstance(weights, WeightsIdentity) else None
+    if isinstance(policy, TracksWeights) and isinstance(policy.weights, WeightsIdentity):
+        return policy.weights
+    return None
+
+
+def has_swap_gate(policy: Any) -> bool:
+    """Whether ``policy`` is a :class:`GatedPolicy` whose gate is a :class:`SwapGate`
+    (one an actor can replace with its own, and a driver's sync can link to)."""
+    return isinstance(policy, GatedPolicy) and isinstance(policy.gate, SwapGate)
 
 
 def policy_payload(
@@ -80,7 +88,7 @@ def policy_payload(
 ) -> ShippedPolicy:
     if spec is not None:
         return ShippedPolicy("spec", spec, weights)
-    if getattr(policy, "per_env", False):
+    if is_per_env(policy):
         return ShippedPolicy("copy", policy)  # it needs the env, so it goes where the env is
     return ShippedPolicy("bridge", mailbox)
 
@@ -101,7 +109,7 @@ class BuiltClient:
         """Move to ``identity`` if it is newer than what the client holds."""
         if serial <= self.serial:
             return
-        if hasattr(self.policy, "weights"):
+        if isinstance(self.policy, TracksWeights):
             self.policy.weights = identity
         self.serial = serial
 
@@ -124,10 +132,13 @@ class EpisodeHost:
     async def run_group(
         self, refs: list[Any], index: int, key: str, retries: int, group_timeout: float | None
     ) -> dict[str, Any]:
-        from agentenvs.rollout.collect.collector import _run_group, policy_provenance
+        from agentenvs.rollout.collect.attempts import run_group_attempts
+        from agentenvs.rollout.collect.provenance import policy_provenance
 
         builders, policy, described = await self._session(refs)
-        record = await _run_group(builders[index], policy, key, retries, group_timeout)
+        record = await run_group_attempts(
+            builders[index], policy, key, retries=retries, group_timeout=group_timeout
+        )
         return {
             "group": None if record.group is None else pack_group(record.group),
             "status": record.status,
@@ -160,7 +171,7 @@ class EpisodeHost:
             if built.spec == spec:
                 return built
         built = BuiltClient(spec, spec.build())
-        if isinstance(getattr(built.policy, "gate", None), SwapGate):
+        if has_swap_gate(built.policy):
             built.policy.gate = self._gate
         self._clients.append(built)
         return built
@@ -208,7 +219,10 @@ class EpisodeHost:
         return {
             "closed": self._holding is not None,
             "in_flight": self._gate.in_flight,
-            "versions": [getattr(c.policy, "weights_version", None) for c in self._clients],
+            "versions": [
+                c.policy.weights_version if isinstance(c.policy, VersionedPolicy) else None
+                for c in self._clients
+            ],
         }
 
     async def _decoded(self, ref: Any, decode: Any) -> Any:

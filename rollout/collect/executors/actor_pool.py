@@ -14,8 +14,10 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentenvs.envs.errors import AgentEnvsError
 
-class PlacementError(RuntimeError):
+
+class PlacementError(AgentEnvsError, RuntimeError):
     """No live Ray node can host an episode actor with the resources asked for."""
 
 

@@ -52,3 +52,6 @@ class GroupExecutor(ABC):
         self, policy: Policy | PolicyFactory, builders: Sequence[EnvGroupBuilder]
     ) -> GroupRunner:
         """A runner for these builders (every group the collection will run) and policy."""
+
+    async def close(self) -> None:
+        """Release what the executor holds across runs (actors, a Ray it started)."""

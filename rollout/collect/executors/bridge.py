@@ -124,8 +124,8 @@ class DriverPump:
         max_tokens: int | None,
         slot: TurnSlot | None,
     ) -> None:
-        from agentenvs.rollout.collect.collector import _describe_error
-        from agentenvs.rollout.collect.rollouts import check_policy_output
+        from agentenvs.rollout.collect.attempts import describe_error
+        from agentenvs.rollout.collect.turns import check_policy_output
 
         token = current_turn.set(slot)
         try:
@@ -134,7 +134,7 @@ class DriverPump:
         except PolicyError as err:  # the actor's episode raises it, as in process
             packed = {"error": str(err)}
         except Exception as err:  # a bug in the policy: named, and raised as a PolicyError there
-            packed = {"error": _describe_error(err)}
+            packed = {"error": describe_error(err)}
         finally:
             current_turn.reset(token)
         await self.mailbox.answer.remote(request_id, packed)

@@ -41,9 +41,3 @@ def make_executor(
     if policy_name in NETWORK_POLICIES:
         spec = PolicySpec(policy_name, dict(policy_options or {}))
     return RayExecutor(address=ray_address, policy_spec=spec)
-
-
-async def close_executor(executor: GroupExecutor) -> None:
-    close = getattr(executor, "close", None)
-    if callable(close):
-        await close()

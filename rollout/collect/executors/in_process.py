@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentenvs.envs.types import EnvGroupBuilder
+from agentenvs.rollout.collect.attempts import run_group_attempts
 from agentenvs.rollout.collect.executors.base import GroupExecutor, GroupRunner
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.policies.base import Policy, PolicyFactory
@@ -21,10 +22,9 @@ class InProcessRunner(GroupRunner):
     async def run_group(
         self, builder: EnvGroupBuilder, key: str, *, retries: int, group_timeout: float | None
     ) -> GroupRecord:
-        # The collector's own attempt loop (imported here: the collector imports us).
-        from agentenvs.rollout.collect.collector import _run_group
-
-        return await _run_group(builder, self.policy, key, retries, group_timeout)
+        return await run_group_attempts(
+            builder, self.policy, key, retries=retries, group_timeout=group_timeout
+        )
 
 
 class InProcessExecutor(GroupExecutor):

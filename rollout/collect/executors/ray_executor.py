@@ -40,7 +40,6 @@ actor placed within ``placement_timeout`` seconds is recorded failed with a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from agentenvs.envs.types import EnvGroupBuilder
@@ -48,6 +47,7 @@ from agentenvs.rollout.collect.executors.actor import (
     EpisodeHost,
     ShippedWeights,
     driver_weights,
+    has_swap_gate,
     policy_payload,
 )
 from agentenvs.rollout.collect.executors.actor_pool import (
@@ -61,9 +61,9 @@ from agentenvs.rollout.collect.executors.bridge import DriverPump
 from agentenvs.rollout.collect.executors.remote_gate import ActorsGate
 from agentenvs.rollout.collect.executors.spec import PolicySpec
 from agentenvs.rollout.collect.executors.wire import unpack_group
+from agentenvs.rollout.collect.provenance import ReportedProvenance
 from agentenvs.rollout.collect.records import GroupRecord
-from agentenvs.rollout.policies.base import Policy, PolicyFactory
-from agentenvs.rollout.weights.gate import SwapGate
+from agentenvs.rollout.policies.base import Policy, PolicyFactory, is_per_env
 
 
 def _ray() -> Any:
@@ -72,13 +72,6 @@ def _ray() -> Any:
     except ImportError:
         raise ImportError("the Ray executor needs Ray: pip install 'agentenvs[ray]'") from None
     return ray
-
-
-@dataclass
-class _Described:
-    """The provenance an actor's own policy copy reported (see ``described_policy``)."""
-
-    provenance: dict[str, Any]
 
 
 class RayExecutor(GroupExecutor):
@@ -184,7 +177,7 @@ class RayExecutor(GroupExecutor):
         """The documented default (see the module docstring), or what was asked for."""
         if self.resources is not None:
             return Placement(self.num_cpus, dict(self.resources))
-        env = _env_name(builders[0]) if builders else ""
+        env = builders[0].describe().env_name if builders else ""
         offered = env and any(env in node for node in live_nodes())
         return Placement(self.num_cpus, {env: 1.0} if offered else {})
 
@@ -196,7 +189,7 @@ class RayExecutor(GroupExecutor):
         ``policy.gate``, so a :class:`~agentenvs.rollout.weights.sync.WeightSync` on
         the driver's policy closes it with its own, with nothing to pass; it is
         unlinked when the executor closes."""
-        if self.policy_spec is None or not isinstance(getattr(policy, "gate", None), SwapGate):
+        if self.policy_spec is None or not has_swap_gate(policy):
             return None
         known = self._gates.get(id(policy))
         if known is not None and known[0] is policy:
@@ -225,7 +218,7 @@ class RayExecutor(GroupExecutor):
         if weights is not None:  # new or changed (a sync): a new entry, a newer serial
             shipped = ShippedWeights(weights, self._next_serial())
         mailbox = None
-        if self.policy_spec is None and not getattr(policy, "per_env", False):
+        if self.policy_spec is None and not is_per_env(policy):
             pump = self._pumps.get(id(policy))
             if pump is None:
                 pump = self._pumps[id(policy)] = DriverPump(policy)
@@ -318,7 +311,7 @@ class RayRunner(GroupRunner):
 
     def described_policy(self, record: GroupRecord, policy: object) -> object:
         described = self._described.pop(record.key, None)
-        return policy if described is None else _Described(described)
+        return policy if described is None else ReportedProvenance(described)
 
     async def close(self) -> None:
         self.builders_ref = None  # the run's builders leave the object store with it
@@ -343,8 +336,3 @@ def _numbered(lost: list[str]) -> list[str]:
 def _first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return text[0] if text else ""
-
-
-def _env_name(builder: EnvGroupBuilder) -> str:
-    config = getattr(builder, "config", None)
-    return str(getattr(config, "env_name", "") or "")

@@ -33,6 +33,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.rollout.weights.identity import WeightsIdentity
 
 DRAIN_TIMEOUT = 900.0
@@ -40,7 +41,7 @@ DRAIN_TIMEOUT = 900.0
 times its attempts with backoff (120 s x 4 by default), so only a stuck request hits it."""
 
 
-class GateDrainTimeout(RuntimeError):
+class GateDrainTimeout(AgentEnvsError, RuntimeError):
     """Requests still in flight on some actors after the drain timeout."""
 
 

@@ -95,7 +95,7 @@ def pack_action(action: TokensWithLogprobs) -> dict[str, Any]:
         "tokens": token_array(list(action.tokens)),
         "logprobs": _float_array(None if action.logprobs is None else list(action.logprobs)),
         "stop_reason": action.stop_reason,
-        "stamp": dict(getattr(action, "stamp", None) or {}),
+        "stamp": dict(action.stamp if isinstance(action, StampedTokens) else {}),
     }
 
 

@@ -1,0 +1,54 @@
+"""The checks on a collection's arguments, shared by every way of starting one.
+
+``collect()``, :class:`~agentenvs.rollout.collect.streaming.StreamingCollection`
+and ``agentenvs rollout`` accept the same settings (concurrency, retries, a group
+timeout, one key per group), so they refuse bad ones with the same rule and the
+same words; the CLI only spells the option as its flag (``--group-timeout``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from agentenvs.envs.errors import AgentEnvsError
+
+
+class OptionError(AgentEnvsError, ValueError):
+    """A collection setting out of range: ``option`` must satisfy ``rule``, was ``value``."""
+
+    def __init__(self, option: str, rule: str, value: Any) -> None:
+        self.option = option
+        self.rule = rule
+        self.value = value
+        super().__init__(f"{option} {rule}, got {value}")
+
+    def as_flag(self) -> str:
+        """The message with the option spelled as a command-line flag."""
+        return f"--{self.option.replace('_', '-')} {self.rule}, got {self.value}"
+
+
+def check_at_least(option: str, value: int, low: int) -> None:
+    if value < low:
+        rule = "must be 0 or more" if low == 0 else f"must be at least {low}"
+        raise OptionError(option, rule, value)
+
+
+def check_collect_options(
+    *, concurrency: int = 1, retries: int = 0, group_timeout: float | None = None
+) -> None:
+    """Raise :class:`OptionError` for the first setting out of range."""
+    check_at_least("concurrency", concurrency, 1)
+    check_at_least("retries", retries, 0)
+    if group_timeout is not None and group_timeout <= 0:
+        raise OptionError("group_timeout", "must be positive", group_timeout)
+
+
+def check_keys(keys: Sequence[str], groups: int) -> None:
+    """One unique key per group (a key names a group in the store)."""
+    if len(keys) != groups:
+        raise ValueError(f"{len(keys)} keys for {groups} builders: need one unique key per builder")
+    duplicates = [k for k, n in Counter(keys).items() if n > 1]
+    if duplicates:
+        raise ValueError(f"need one unique key per builder; repeated: {duplicates[:5]}")

@@ -1,0 +1,1 @@
+"""Tinker: ``handoff`` turns training samples into Tinker datums; ``cookbook`` plugs into ``tinker_cookbook.rl``."""

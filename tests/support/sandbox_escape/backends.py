@@ -1,0 +1,153 @@
+"""The sandbox backends the escape suite runs against.
+
+Each entry says how to build a configured sandbox, whether it can run on this machine
+(with the reason when it cannot: the test is skipped, not failed), and how to list host
+processes the backend is responsible for, so the suite can tell "the pool's own workers"
+from "something the program left running". Another backend is added by appending a
+:class:`BackendSpec` to :data:`sandbox_backends`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentenvs.sandbox import Sandbox, SandboxConfig
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    name: str
+    make: Callable[[SandboxConfig], Sandbox]
+    unavailable: Callable[[], str | None]
+    """None when the backend can run here, else the reason to skip."""
+    stray_host_processes: Callable[[Sandbox], set[int]] = field(default=lambda sandbox: set())
+    """Host pids that belong to the sandbox's programs rather than to its own workers."""
+    expect_overrides: dict[str, set[str]] = field(default_factory=dict)
+    """Program name -> expected statuses, where this backend legitimately differs."""
+
+
+def host_uid_of(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+            if line.startswith("State:") and "Z" in line:
+                return None
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def host_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _local_unavailable() -> str | None:
+    if shutil.which("bwrap") is None:
+        return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+    if not os.access("/usr/bin/python3", os.X_OK):
+        return "Debian's /usr/bin/python3 is missing"
+    return None
+
+
+def _make_local(config: SandboxConfig) -> Sandbox:
+    from agentenvs.sandbox.backends.local.backend import LocalSandbox
+
+    return LocalSandbox(config, use_bwrap=True)
+
+
+def _local_strays(sandbox: Sandbox) -> set[int]:
+    """Processes running as one of the pool's dedicated uids that are not its workers."""
+    uids = sandbox.sandbox_uids()  # type: ignore[attr-defined]
+    candidates = {pid for pid in host_pids() if host_uid_of(pid) in uids}
+    # listed after the scan: a supervisor may fork its next idle child in between
+    return candidates - sandbox.host_pids()  # type: ignore[attr-defined]
+
+
+sandbox_backends: list[BackendSpec] = [
+    BackendSpec(
+        name="local",
+        make=_make_local,
+        unavailable=_local_unavailable,
+        stray_host_processes=_local_strays,
+    ),
+]
+
+
+# --- docker backend, run for real through a private podman service (tests/podman_service.py)
+def _docker_unavailable() -> str | None:
+    from support.podman_service import podman_unavailable
+
+    return podman_unavailable()
+
+
+def _make_docker(config: SandboxConfig) -> Sandbox:
+    from agentenvs.sandbox.backends.docker.backend import DockerSandbox
+    from support.podman_service import shared_service
+
+    service = shared_service()
+    return DockerSandbox(
+        config.model_copy(update={"backend": "docker", "docker_host": service.docker_host})
+    )
+
+
+def _docker_strays(sandbox: Sandbox) -> set[int]:
+    """Processes of the containers' dedicated uids that are not their supervisors."""
+    uids = sandbox.sandbox_uids()  # type: ignore[attr-defined]
+    candidates = {pid for pid in host_pids() if host_uid_of(pid) in uids}
+    # listed after the scan: a supervisor may fork its next idle child in between
+    return candidates - sandbox.host_pids()  # type: ignore[attr-defined]
+
+
+sandbox_backends.append(
+    BackendSpec(
+        name="docker",
+        make=_make_docker,
+        unavailable=_docker_unavailable,
+        stray_host_processes=_docker_strays,
+    )
+)
+
+
+@contextlib.asynccontextmanager
+async def started(spec: BackendSpec, config: SandboxConfig) -> AsyncIterator[Sandbox]:
+    """A started sandbox of ``spec`` (a pytest skip, with the reason, where it cannot run)."""
+    import pytest
+
+    reason = spec.unavailable()
+    if reason:
+        pytest.skip(f"{spec.name} backend unavailable: {reason}")
+    box = spec.make(config)
+    await box.start()
+    try:
+        yield box
+    finally:
+        await box.close()
+
+
+def sandbox_fixture(config: SandboxConfig):
+    """A module-scoped ``sandbox`` fixture: one started sandbox per backend of this list.
+
+    ``sandbox = sandbox_fixture(CONFIG)`` in a test module runs each of its tests on
+    every backend that can run here (the others are skipped, with the reason).
+    """
+    import pytest
+    import pytest_asyncio
+
+    # Backends other than the local one start a real service (podman): `services`.
+    params = [
+        pytest.param(spec, id=spec.name, marks=() if spec.name == "local" else pytest.mark.services)
+        for spec in sandbox_backends
+    ]
+
+    @pytest_asyncio.fixture(scope="module", loop_scope="module", params=params)
+    async def sandbox(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
+        async with started(request.param, config) as box:
+            yield box
+
+    return sandbox
