@@ -124,7 +124,13 @@ def module_server(*args: str, backends: tuple[str, ...] = ("local",)):
     with ``backends=("local", "docker")`` every test of the module runs on each."""
     import pytest
 
-    @pytest.fixture(scope="module", params=backends)
+    # The docker backend starts a real podman service: `services` (left out by test-fast).
+    params = [
+        pytest.param(name, id=name, marks=pytest.mark.services if name == "docker" else ())
+        for name in backends
+    ]
+
+    @pytest.fixture(scope="module", params=params)
     def server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
         argv, env = on_backend(request.param, args)
         proc = started_or_skip(*argv, env=env)
