@@ -35,14 +35,19 @@ def check_at_least(option: str, value: int, low: int) -> None:
         raise OptionError(option, rule, value)
 
 
+def check_positive(option: str, value: float) -> None:
+    if value <= 0:
+        raise OptionError(option, "must be positive", value)
+
+
 def check_collect_options(
     *, concurrency: int = 1, retries: int = 0, group_timeout: float | None = None
 ) -> None:
     """Raise :class:`OptionError` for the first setting out of range."""
     check_at_least("concurrency", concurrency, 1)
     check_at_least("retries", retries, 0)
-    if group_timeout is not None and group_timeout <= 0:
-        raise OptionError("group_timeout", "must be positive", group_timeout)
+    if group_timeout is not None:
+        check_positive("group_timeout", group_timeout)
 
 
 def check_keys(keys: Sequence[str], groups: int) -> None:

@@ -61,6 +61,7 @@ from agentenvs.rollout.collect.executors.bridge import DriverPump
 from agentenvs.rollout.collect.executors.remote_gate import ActorsGate
 from agentenvs.rollout.collect.executors.spec import PolicySpec
 from agentenvs.rollout.collect.executors.wire import unpack_group
+from agentenvs.rollout.collect.options import check_at_least, check_positive
 from agentenvs.rollout.collect.provenance import ReportedProvenance
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.policies.base import Policy, PolicyFactory, is_per_env
@@ -96,12 +97,10 @@ class RayExecutor(GroupExecutor):
         lost_retries: int = 2,
         init_options: dict[str, Any] | None = None,
     ) -> None:
-        if num_actors is not None and num_actors < 1:
-            raise ValueError(f"num_actors must be at least 1, got {num_actors}")
-        if placement_timeout <= 0:
-            raise ValueError(f"placement_timeout must be positive, got {placement_timeout}")
-        if lost_retries < 0:
-            raise ValueError(f"lost_retries must be 0 or more, got {lost_retries}")
+        if num_actors is not None:
+            check_at_least("num_actors", num_actors, 1)
+        check_positive("placement_timeout", placement_timeout)
+        check_at_least("lost_retries", lost_retries, 0)
         self.address = address
         self.num_actors = num_actors
         self.num_cpus = num_cpus
