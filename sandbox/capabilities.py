@@ -20,7 +20,8 @@ LAYERS: dict[str, str] = {
     "namespaces": "own user, pid, mount, IPC, UTS and network namespaces (bubblewrap)",
     "network_isolated": "no network: own network namespace, no IP sockets",
     "unprivileged_uid": "code runs as a non-root uid on the host (so RLIMIT_NPROC applies)",
-    "seccomp": "seccomp filter denying ptrace, mount, unshare, io_uring, bpf, IP sockets...",
+    "seccomp": "seccomp filter denying ptrace, mount, unshare, io_uring, bpf, IP sockets..., "
+    "and calls on another process's scheduling, priority, affinity or limits",
     "landlock": "Landlock: files writable only in the work dir; TCP bind/connect denied",
     "cgroup_memory": "cgroup memory limit on everything a worker runs",
     "cgroup_pids": "cgroup process-count limit on everything a worker runs",

@@ -32,6 +32,28 @@ def same_namespace(pid: int, kind: str) -> bool | None:
         return None
 
 
+OTHER_PROCESS_NOTE = (
+    "the supervisor's filter is loaded, but a run may change another process's priority "
+    "(the children's filter did not load): runs could renice or prlimit the supervisor"
+)
+"""The seccomp layer's note when the probe child could renice its parent (issue #24)."""
+
+
+def seccomp_stages_note(report: dict, hello: dict) -> str:
+    """What the stages stacked on the supervisor's filter do here (issue #24)."""
+    refused = report.get("other_process_calls")
+    parts = [
+        f"calls on other processes refused ({refused})"
+        if refused and refused != "allowed"
+        else "calls on other processes not checked"
+    ]
+    if hello.get("read_only_seccomp"):
+        parts.append("metadata read-only in forked families")
+    else:
+        parts.append("no read-only stage: session forks replay")
+    return "; ".join(parts)
+
+
 def rlimits_layer(report: dict, limits: dict) -> tuple[bool, str]:
     """Are the per-execution rlimits the supervisor reported all set (and a note)?"""
     rlimits = report.get("rlimits", {})

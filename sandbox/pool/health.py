@@ -11,6 +11,14 @@ and anything else reclaimable; what stays above it, or any extra process or tmpf
 block, means the run left something that can poison the next one: the worker is
 recycled.
 
+The same check reads the supervisor's own scheduling and limits from ``/proc/<pid>``
+(nice value, policy and real-time priority, CPU affinity, every rlimit) against the
+values it started with (issue #24): user code runs under the supervisor's uid, and a
+run that could renice, ``SCHED_IDLE``, pin or ``prlimit`` it would starve or break
+every later tenant. The children's seccomp filter refuses those calls; should one get
+through anyway, the worker is recycled (a lowered hard limit or a raised nice value
+cannot be given back without privileges the host need not have).
+
 Why a slack: a warm worker's own footprint moves a little (its next pre-forked child's
 copy-on-write pages, allocator caches); a leak that matters is one that takes a real
 share of the memory limit.
@@ -103,11 +111,39 @@ def tmpfs_used_bytes(pid: int, paths: tuple[str, ...]) -> int | None:
     return total
 
 
+def process_attributes(pid: int) -> dict[str, str] | None:
+    """The scheduling and limits of ``pid`` as ``/proc`` shows them (None: not visible).
+
+    ``stat`` fields 19 (nice), 40 (real-time priority) and 41 (policy), the affinity
+    (``Cpus_allowed_list``) and ``limits``: all world-readable, so the host needs no
+    privilege to look, whichever uid the worker has.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        status = Path(f"/proc/{pid}/status").read_text()
+        limits = Path(f"/proc/{pid}/limits").read_text()
+    except (OSError, IndexError):
+        return None
+    affinity = ""
+    for line in status.splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            affinity = line.split(":", 1)[1].strip()
+    # after the command name, field 3 (state) is index 0
+    attrs = {"nice": stat[16], "rt_priority": stat[37], "policy": stat[38], "affinity": affinity}
+    for line in limits.splitlines()[1:]:
+        name, values = line[:26].strip(), line[26:].split()
+        if name and len(values) >= 2:
+            attrs[f"limit {name}"] = f"{values[0]}/{values[1]}"
+    return attrs
+
+
 @dataclass
 class Baseline:
     memory: int | None
     processes: int | None
     tmpfs: int | None
+    attributes: dict[str, str] | None = None
+    """The supervisor's scheduling and limits (``process_attributes``)."""
 
 
 @dataclass
@@ -138,6 +174,7 @@ class WorkerHealth:
             memory=self.dirs.memory_bytes(),
             processes=self.dirs.processes(),
             tmpfs=tmpfs_used_bytes(self.pid, self.tmpfs_paths),
+            attributes=process_attributes(self.pid),
         )
 
     def problem(self, now: Baseline | None = None) -> str:
@@ -145,6 +182,14 @@ class WorkerHealth:
         base, now = self.baseline, now or self.measure()
         if base is None:
             return ""
+        if base.attributes is not None and now.attributes is not None:
+            changed = [
+                f"{key} {base.attributes.get(key)} -> {now.attributes.get(key)}"
+                for key in base.attributes
+                if base.attributes.get(key) != now.attributes.get(key)
+            ]
+            if changed:
+                return "the supervisor's scheduling or limits changed: " + ", ".join(changed)
         if _over(now.processes, base.processes, EXTRA_PROCESSES):
             return f"{now.processes} processes in the worker (fresh: {base.processes})"
         if _over(now.tmpfs, base.tmpfs, TMPFS_SLACK_BYTES):

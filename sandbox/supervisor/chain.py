@@ -86,6 +86,36 @@ def quiet_holder_state() -> None:
             signal.signal(sig, signal.SIG_IGN)
 
 
+def reap_children_while_idle() -> None:
+    """An idle holder keeps no zombie (issue #24, class 4): its children are reaped by the
+    kernel as they die (``SIGCHLD`` ignored), and those already dead are reaped here.
+
+    A finished cell becomes holder with whatever children its code forked and did not
+    wait for (exited ones, and live ones the supervisor kills right after): unreaped, they
+    would stay its zombies and count against the family's process limit (``RLIMIT_NPROC``
+    and the pids cgroup are shared by every holder of the worker), so a sibling's next
+    cell could not fork. ``SIGCHLD`` goes back to default while the holder runs a cell or
+    a fork, whose exits it must wait for (``children_waited``).
+    """
+    with contextlib.suppress(OSError, ValueError):
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+        if pid == 0:
+            return
+
+
+def children_waited() -> None:
+    """Back to default ``SIGCHLD``: the holder waits for the cell or fork it starts."""
+    with contextlib.suppress(OSError, ValueError):
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
 def cell_signal_state() -> None:
     """A cell gets the dispositions of a fresh execution back (the holder ignores all)."""
     for sig, handler in CELL_SIGNAL_HANDLERS.items():
@@ -148,12 +178,14 @@ def holder_loop(sock: socket.socket) -> None:
     namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
     quiet_holder_state()
     while True:
+        reap_children_while_idle()
         try:
             data, fds, _flags, _addr = socket.recv_fds(sock, 65536, 4)
         except (InterruptedError, ConnectionResetError):
             continue
         if not data:
             os._exit(0)  # the supervisor is gone
+        children_waited()
         try:
             msg = json.loads(data)
         except ValueError:
@@ -303,6 +335,7 @@ def _become_holder(report: socket.socket, rc: int) -> socket.socket:
         os.dup2(null, target)
     os.close(null)
     quiet_holder_state()
+    reap_children_while_idle()  # before "done": the supervisor kills the rest right after
     if thread_count() > 1:
         successor = os.fork()
         if successor:

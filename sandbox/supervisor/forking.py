@@ -14,8 +14,10 @@ not share writable state with its parent:
 - files: the work dir and ``/tmp`` are one tmpfs per worker, so once a session has
   forked, every holder of the worker (the parent on its first fork, each fork at birth,
   any holder started later) drops write access to every directory with a Landlock layer
-  of its own. The files written before the fork stay readable by both sides: their past
-  is the same; neither can change the other's future. Each fork's layer is a new Landlock
+  of its own, and every change of a file's metadata (mode, owner, times, xattrs, inode
+  flags, locks: not Landlock rights) with the ``read_only`` seccomp stage (issue #24).
+  The files written before the fork stay readable by both sides: their past is the
+  same; neither can change the other's future. Each fork's layer is a new Landlock
   domain, so (ABI >= 6) a fork cannot signal its parent, its siblings or the supervisor.
 
 The fork is double-forked, so that it is re-parented to the supervisor (the subreaper)
@@ -32,11 +34,13 @@ import os
 import socket
 import stat
 
-from .restrictions import Landlock
+from .restrictions import Landlock, drop_metadata_changes
 
 READ_ONLY_APPLIED = [False]
 """This process already dropped write access (a flag only to avoid stacking layers: the
 restriction itself is the kernel's and cannot be undone)."""
+METADATA_DROPPED = [False]
+"""This process already loaded the read-only seccomp stage (same: only against stacking)."""
 
 
 def read_only_spec(spec: dict) -> dict:
@@ -151,6 +155,14 @@ def fork_holder(sock: socket.socket, msg: dict, channel_fd: int) -> socket.socke
             READ_ONLY_APPLIED[0] = True
         else:
             problem = "the holder could not drop its write access"
+    if not problem and not METADATA_DROPPED[0]:
+        # Landlock does not cover modes, times, xattrs or locks: a seccomp stage does
+        # (the fork inherits it from this process, irreversibly)
+        error = drop_metadata_changes()
+        if error is None:
+            METADATA_DROPPED[0] = True
+        else:
+            problem = f"the holder could not drop its metadata changes: {error}"
     if problem:
         os.close(channel_fd)
         if ruleset is not None and ruleset.fd >= 0:

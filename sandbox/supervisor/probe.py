@@ -52,6 +52,7 @@ def probe_report(state: dict, workdir: str) -> dict:
                     report["workdir_mount"] = {"fstype": fstype, "options": options}
     except OSError:
         pass
+    report["other_process_calls"] = other_process_calls()
     try:
         socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
         report["inet_socket"] = "allowed"
@@ -63,3 +64,18 @@ def probe_report(state: dict, workdir: str) -> dict:
     except OSError:
         report["interfaces"] = None
     return report
+
+
+def other_process_calls() -> str:
+    """Whether this child may change its parent's priority ("allowed", or the errno).
+
+    The parent is the supervisor; the priority set is the one it already has, so the
+    probe changes nothing even where the call is allowed (issue #24: the children's
+    seccomp filter refuses every call on another process's scheduling and limits).
+    """
+    parent = os.getppid()
+    try:
+        os.setpriority(os.PRIO_PROCESS, parent, os.getpriority(os.PRIO_PROCESS, parent))
+        return "allowed"
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno or 0, str(exc))

@@ -9,8 +9,11 @@ busy loop on one worker does not slow the short runs of the others.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import platform
 import re
+import resource
 import signal
 import time
 
@@ -49,6 +52,45 @@ def _live_pids(uid: int, filter_uid: bool) -> list[int]:
                 continue
         pids.append(int(name))
     return pids
+
+
+def zombie_children(parents: set[int]) -> set[int]:
+    """Zombies whose parent is one of ``parents`` (children nobody reaped).
+
+    Each parent's children are read from ``/proc/<pid>/task/<pid>/children`` (zombies
+    included, as long as nobody reaped them); where the kernel has no such file, every
+    process's parent is looked up instead.
+    """
+    candidates: set[int] = set()
+    for parent in parents:
+        try:
+            with open(f"/proc/{parent}/task/{parent}/children", "rb") as f:
+                candidates.update(int(pid) for pid in f.read().split())
+        except FileNotFoundError:
+            if os.path.exists(f"/proc/{parent}"):  # no CONFIG_PROC_CHILDREN: scan all
+                candidates.update(int(name) for name in os.listdir("/proc") if name.isdigit())
+        except (OSError, ValueError):
+            continue
+    zombies = set()
+    for pid in candidates:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] == b"Z" and int(fields[1]) in parents:
+            zombies.add(pid)
+    return zombies
+
+
+def await_no_zombies(parents: set[int], patience: float = 0.05) -> set[int]:
+    """``zombie_children`` once they had ``patience`` seconds to be reaped."""
+    deadline = time.monotonic() + patience
+    while True:
+        zombies = zombie_children(parents)
+        if not zombies or time.monotonic() > deadline:
+            return zombies
+        time.sleep(0.002)
 
 
 class Sweeper:
@@ -123,3 +165,47 @@ def yield_cpu(pid: int) -> None:
     for which in (os.PRIO_PGRP, os.PRIO_PROCESS):
         with contextlib.suppress(OSError):
             os.setpriority(which, pid, LONG_RUN_NICE)
+
+
+# --- what a run could change about the supervisor itself (issue #24, class 1) ----------
+RLIMIT_NAMES = tuple(sorted(name for name in dir(resource) if name.startswith("RLIMIT_")))
+IOPRIO_GET = {"x86_64": 252, "aarch64": 31}.get(platform.machine())
+IOPRIO_WHO_PROCESS = 1
+_LIBC: list = []
+
+
+def own_attributes() -> dict:
+    """This process's scheduling, priority, CPU affinity, I/O priority and rlimits.
+
+    The children's seccomp filter keeps runs from changing any of it (only calls on the
+    caller itself pass); the supervisor still compares this with the value it started
+    with before every run, and a worker that differs is recycled (a lowered hard limit,
+    a raised nice value or ``SCHED_IDLE`` cannot be undone without privileges).
+    """
+    attrs: dict = {}
+    with contextlib.suppress(OSError):
+        attrs["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
+    with contextlib.suppress(OSError):
+        attrs["policy"] = os.sched_getscheduler(0)
+        attrs["priority"] = os.sched_getparam(0).sched_priority
+    with contextlib.suppress(OSError):
+        attrs["affinity"] = sorted(os.sched_getaffinity(0))
+    if IOPRIO_GET is not None:
+        if not _LIBC:
+            _LIBC.append(ctypes.CDLL(None, use_errno=True))
+        attrs["ioprio"] = int(_LIBC[0].syscall(IOPRIO_GET, IOPRIO_WHO_PROCESS, 0))
+    for name in RLIMIT_NAMES:
+        with contextlib.suppress(OSError, ValueError):
+            attrs[name] = list(resource.getrlimit(getattr(resource, name)))
+    return attrs
+
+
+def attributes_changed(baseline: dict, now: dict | None = None) -> str:
+    """What differs from ``baseline`` ('' when nothing does)."""
+    now = own_attributes() if now is None else now
+    changed = [
+        f"{key} {baseline.get(key)!r} -> {now.get(key)!r}"
+        for key in sorted(set(baseline) | set(now))
+        if baseline.get(key) != now.get(key)
+    ]
+    return ", ".join(changed)

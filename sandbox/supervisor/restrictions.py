@@ -2,9 +2,11 @@
 
 Everything here is irreversible by design: a process that calls it cannot undo it, and
 its children inherit it. The seccomp filter is compiled on the host and loaded once into
-the supervisor (every child inherits it); the Landlock ruleset is prepared once in the
-supervisor and applied in each child; rlimits are set per execution (soft = hard, so the
-code cannot raise them again).
+the supervisor (every child inherits it); a second one, the calls on other processes
+(scheduling, priority, affinity, limits: only on the caller itself), is loaded by every
+child on top (``CHILD_SECCOMP``; the supervisor keeps those calls to renice long runs);
+the Landlock ruleset is prepared once in the supervisor and applied in each child;
+rlimits are set per execution (soft = hard, so the code cannot raise them again).
 """
 
 from __future__ import annotations
@@ -174,9 +176,34 @@ def _set_limit(kind: int, value: int) -> None:
     resource.setrlimit(kind, (value, value))
 
 
+CHILD_SECCOMP: list[bytes] = []
+"""The program every child of the supervisor loads (set by the supervisor at start-up)."""
+READ_ONLY_SECCOMP: list[bytes] = []
+"""The program a holder loads with its read-only Landlock layer once its family forked:
+no file's mode, owner, times, xattrs, flags or locks may change (``forking``)."""
+
+
+class RestrictionFailed(RuntimeError):
+    """A child could not drop what it must: it never runs user code."""
+
+
+def drop_metadata_changes() -> str | None:
+    """Load ``READ_ONLY_SECCOMP`` (irreversible); why not, or None."""
+    for bpf in READ_ONLY_SECCOMP:
+        error = apply_seccomp(bpf)
+        if error is not None:
+            return f"the read-only seccomp filter: {error}"
+    return None
+
+
 def restrict_static(landlock: Landlock | None) -> dict:
     """The restrictions that do not depend on the request. Irreversible by design."""
     state = {}
+    for bpf in CHILD_SECCOMP:
+        error = apply_seccomp(bpf)
+        if error is not None:  # fail closed: this child exits before any user code
+            raise RestrictionFailed(f"the children's seccomp filter: {error}")
+    state["child_seccomp"] = bool(CHILD_SECCOMP)
     prctl(PR_SET_DUMPABLE, 1)  # the supervisor is not dumpable; its children may be
     try:
         with open("/proc/self/oom_score_adj", "w") as f:

@@ -21,6 +21,8 @@ UTF-8 JSON):
    with ``-c BOOTSTRAP`` and the first frame is the bundled source, raw bytes.
 2. Config frame (host -> supervisor): ``python_path``, ``preload``, ``warmup``, ``workdir``,
    ``scratch_dirs``, ``seccomp_bpf`` (base64 of a classic-BPF program or null),
+   ``seccomp_stages`` (``{"children": ..., "read_only": ...}``, base64 programs stacked
+   later: by every child, by every holder of a family that forked),
    ``landlock`` (``{"read": [...], "write": [...], "write_files": [...]}`` or null),
    ``landlock_scope_signals``, ``subreaper``, ``pid_namespace``.
 3. ``hello`` event (supervisor -> host), then one response per request:
@@ -51,11 +53,13 @@ from .frames import dup_high, read_frame, write_frame
 from .leftovers import POSIX_MQUEUE_DIR, remove_ipc_objects
 from .outcome import Capture, classify, reported_exit, result_dict, return_code
 from .probe import probe_report
-from .processes import LONG_RUN_SECONDS, Sweeper, yield_cpu
+from .processes import LONG_RUN_SECONDS, Sweeper, attributes_changed, own_attributes, yield_cpu
 from .restrictions import (
+    CHILD_SECCOMP,
     IDLE_NAME,
     PR_SET_CHILD_SUBREAPER,
     PR_SET_DUMPABLE,
+    READ_ONLY_SECCOMP,
     SUPERVISOR_NAME,
     Landlock,
     apply_limits,
@@ -110,6 +114,8 @@ class Supervisor:
         """The writable directories with their clean baselines (measured in ``setup``)."""
         self.reset_problem = ""
         """Why the last reset could not prove the worker clean (empty when it could)."""
+        self.attributes: dict = {}
+        """The supervisor's own priority, policy, affinity and rlimits when it started."""
         self.sweeper = Sweeper(bool(config.get("pid_namespace")))
         self.landlock: Landlock | None = None
         self.sessions = SessionTable(self)
@@ -169,11 +175,22 @@ class Supervisor:
             self.hello.update(seccomp=error is None, seccomp_error=error)
         else:
             self.hello.update(seccomp=False, seccomp_error="no filter given by the host")
+        stages = self.config.get("seccomp_stages") or {}
+        if self.hello["seccomp"] and stages.get("children"):
+            # loaded by every child (the supervisor itself renices long runs)
+            CHILD_SECCOMP[:] = [base64.b64decode(stages["children"])]
+        if self.hello["seccomp"] and stages.get("read_only"):
+            # loaded by every holder of a family that forked (``forking``)
+            READ_ONLY_SECCOMP[:] = [base64.b64decode(stages["read_only"])]
+        self.hello.update(
+            child_seccomp=bool(CHILD_SECCOMP), read_only_seccomp=bool(READ_ONLY_SECCOMP)
+        )
         try:
             os.chdir(self.workdir)
         except OSError as exc:
             self.hello["workdir_error"] = str(exc)
         self.measure_scratch()
+        self.attributes = own_attributes()
         gc.collect()
         gc.freeze()  # keep the pre-imported heap out of the collector: fewer copy-on-write faults
         self.hello["vm_bytes"] = vm_bytes()
@@ -378,7 +395,9 @@ class Supervisor:
         The one place that decides whether this worker may run again (issue classes 1-3):
         no process of the execution left (``processes``), every writable directory empty
         and back at its baseline (``wipe``), no System V IPC object in the namespace
-        (``leftovers``). Anything unproven makes the host recycle the worker instead.
+        (``leftovers``), and the supervisor's own priority, scheduling policy, affinity
+        and rlimits as they were at start-up (``processes.own_attributes``, issue #24).
+        Anything unproven makes the host recycle the worker instead.
         """
         self.reset_problem = ""
         if not self._cleanup():
@@ -394,7 +413,14 @@ class Supervisor:
         if not ipc.clean:
             self.reset_problem = f"System V IPC objects remain: {ipc.remaining}"
             return False
-        return True
+        return not self.supervisor_changed()
+
+    def supervisor_changed(self) -> bool:
+        """Did anything change this process's priority, policy, affinity or limits?"""
+        changed = attributes_changed(self.attributes) if self.attributes else ""
+        if changed:
+            self.reset_problem = f"the supervisor's own attributes changed: {changed}"
+        return bool(changed)
 
     def too_costly_to_reset(self) -> bool:
         """Cheap look (one ``statvfs`` each) before answering: recycle rather than wipe?
@@ -505,7 +531,7 @@ class Supervisor:
                 cpu_seconds=cpu[0],
                 cpu_used=0.0,
             )
-            if self.too_costly_to_reset():
+            if self.too_costly_to_reset() or self.supervisor_changed():
                 self.dirty = True
             return result_dict(
                 kind,

@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .leftovers import sysv_objects_exist
+from .restrictions import READ_ONLY_SECCOMP
 from .sessions import Holder
 
 if TYPE_CHECKING:
@@ -80,6 +81,12 @@ class SessionTable:
         sup = self.sup
         if sup.landlock is None or sup.landlock.fd < 0 or sup.read_only_landlock is None:
             return {"ok": False, "message": "forking needs Landlock, which is not active here"}
+        if not READ_ONLY_SECCOMP:
+            return {
+                "ok": False,
+                "message": "forking needs the sandbox's seccomp filter (to keep file modes, "
+                "times and xattrs read-only), which is not active here",
+            }
         if sysv_objects_exist():
             return {
                 "ok": False,

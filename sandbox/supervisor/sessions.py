@@ -32,9 +32,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .chain import holder_loop, receive_with_sender
+from .forking import METADATA_DROPPED
 from .leftovers import remove_ipc_objects
 from .outcome import Capture, classify, result_dict, return_code
-from .restrictions import cpu_limits, restrict_process
+from .processes import await_no_zombies
+from .restrictions import RestrictionFailed, cpu_limits, drop_metadata_changes, restrict_process
 from .usercode import INTERNAL_ERROR_EXIT, reset_signals, text_fd
 
 STOPPED_CHECK_SECONDS = 0.1
@@ -42,6 +44,11 @@ FORKED_IPC_NOTE = (
     "a System V shared memory segment was still attached when the cell ended; a forked "
     "session cannot keep one (its forks share the worker's IPC namespace), so the cell's "
     "variables were discarded"
+)
+ZOMBIES_NOTE = (
+    "the cell's process kept children it did not wait for as zombies; a holder cannot "
+    "keep them (they count against the session's process limit), so the cell's variables "
+    "were discarded"
 )
 FORK_TIMEOUT_SECONDS = 10.0
 """A fork is an ``os.fork`` and a few reopened files: milliseconds; this bounds a stuck one."""
@@ -97,7 +104,12 @@ class Holder:
             theirs.close()
         parent_said, fork_pid = self._await_fork(ours, time.monotonic() + FORK_TIMEOUT_SECONDS)
         if parent_said.get("ok") and fork_pid > 1 and fork_pid not in self.sup.holder_pids():
-            return Holder(self.sup, self.limits, adopt=(ours, fork_pid))
+            fork = Holder(self.sup, self.limits, adopt=(ours, fork_pid))
+            self.park()
+            fork.park()
+            # anything either started while they ran: only holders live between requests
+            self.sup.sweeper.kill_except(self.sup.holder_pids() | {fork_pid})
+            return fork
         ours.close()
         if fork_pid > 1 and fork_pid not in self.sup.holder_pids():
             with contextlib.suppress(OSError):
@@ -145,6 +157,11 @@ class Holder:
                 restrict_process(
                     self.limits, self.sup.holder_landlock(), cpu=(self.cpu_hard, self.cpu_hard)
                 )
+                if self.sup.sessions.forked:  # read-only like its family (``forking``)
+                    problem = drop_metadata_changes()
+                    if problem is not None:
+                        raise RestrictionFailed(problem)
+                    METADATA_DROPPED[0] = True
                 keep = child.fileno()
                 os.closerange(3, keep)
                 os.closerange(keep + 1, 1 << 16)
@@ -166,6 +183,23 @@ class Holder:
             self.pidfd = os.pidfd_open(pid)
         except OSError:
             self.pidfd = -1
+
+    def park(self) -> None:
+        """Stop this holder until its session's next request (issue #24, class 5).
+
+        The holder runs in its cells' interpreter, so a cell can rebind what the holder's
+        loop calls (``socket.recv_fds``, ``os.waitpid``...) and have code run while no cell
+        does, outside every timeout. A stopped process runs nothing (``SIGSTOP`` cannot
+        be caught); ``run_cell`` and ``fork`` resume it, so such code runs only while a
+        request of its own session is in flight, within that request's bounds. Waited
+        for (the stop is asynchronous), so that the sweep after it finds everything the
+        holder could have started.
+        """
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 1.0
+        while process_state(self.pid) not in STOPPED_OR_GONE and time.monotonic() < deadline:
+            time.sleep(0.0002)
 
     def alive(self) -> bool:
         if self.pidfd < 0:
@@ -348,11 +382,15 @@ class Holder:
             spare.add(previous)
         # The old holder serves no more cells once it handed its socket over.
         keep_holder = self.alive() and (wait.adopted or not wait.handed_over)
+        if keep_holder and wait.finished:
+            self.park()  # before the sweep: nothing it starts from now on survives
         sweeper.reaped.clear()
         others = self.sup.holder_pids() - {self.pid}  # the other sessions' holders
         clean = sweeper.kill_except(({self.pid} if keep_holder else set()) | spare | others)
         if not wait.finished and keep_holder:
             wait.status, wait.cpu = self._await_finished()
+            self.park()
+            clean = sweeper.kill_except({self.pid} | spare | others) and clean
         capture.drain(time.monotonic() + 1.0)
         capture.close()
 
@@ -366,7 +404,13 @@ class Holder:
             cpu_seconds=float(cpu_soft),
             cpu_used=wait.cpu,
         )
-        if self.sup.sessions.forked and not remove_ipc_objects().clean:
+        if adopted and clean and keep_holder and await_no_zombies({self.pid}):
+            # The new holder reaps its cell's children (``chain.reap_children_while_idle``);
+            # one that did not (its interpreter rewritten by the cell) is not kept: its
+            # zombies would take the process limit its family's next cells need.
+            adopted, keep_holder = False, False
+            kind, text = "error", ZOMBIES_NOTE
+        elif self.sup.sessions.forked and not remove_ipc_objects().clean:
             # The forks of a worker share its IPC namespace: a System V segment the new
             # holder keeps attached would be reachable from a sibling. Its state goes.
             adopted, keep_holder = False, False
@@ -431,14 +475,22 @@ class CellWait:
     holder_gone: bool = False
 
 
+STOPPED_OR_GONE = (b"T", b"t", b"Z", b"X", b"")
+
+
+def process_state(pid: int) -> bytes:
+    """The state letter of ``/proc/<pid>/stat`` (b"" when the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return b""
+
+
 def continue_if_stopped(pid: int) -> None:
     """A cell may stop its holder (``SIGSTOP`` cannot be ignored): resume it, so that it
     reports the cell's end instead of leaving the cell to run into its timeout."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return
+    state = process_state(pid)
     if state in (b"T", b"t"):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGCONT)

@@ -25,9 +25,11 @@ from support.sandbox_escape.backends import BackendSpec, sandbox_backends, start
 from support.sandbox_escape.programs import (
     CONCURRENT_READER,
     CONCURRENT_WRITER,
+    FAMILY_PROGRAMS,
     PROGRAMS,
     SESSION_PROGRAMS,
     Context,
+    FamilyProgram,
     Program,
     SessionProgram,
 )
@@ -273,9 +275,38 @@ async def test_escape_session_program(
 ) -> None:
     spec, sandbox = backend
     async with sandbox.session() as session:
-        for code, expect, stdout in program.cells:
+        for index, (code, expect, stdout) in enumerate(program.cells):
+            if index in program.idle_before:
+                await asyncio.sleep(program.idle_before[index])
             result = await session.run(context.fill(code))
             assert result.status.value in expect, (code, result)
             if stdout is not None:
                 assert result.stdout == stdout, (code, result)
+    await assert_host_and_pool_unharmed(spec, sandbox, context)
+
+
+@pytest.mark.parametrize("program", FAMILY_PROGRAMS, ids=lambda p: p.name)
+async def test_escape_fork_family_program(
+    backend: tuple[BackendSpec, Sandbox], context: Context, program: FamilyProgram
+) -> None:
+    """Issue #24: a forked branch cannot change its parent's future (scheduling, limits,
+    the family's process count); the parent's cells after the branch's still work."""
+    spec, sandbox = backend
+
+    async def cells(session, listed) -> None:
+        for code, expect, stdout in listed:
+            result = await session.run(context.fill(code))
+            assert result.status.value in expect, (code, result)
+            if stdout is not None:
+                assert result.stdout == stdout, (code, result)
+
+    async with sandbox.session() as parent:
+        await cells(parent, program.before)
+        branch = await parent.fork()
+        try:
+            assert branch.forked_by == "process", branch.fork_refusal  # type: ignore[attr-defined]
+            await cells(branch, program.branch)
+            await cells(parent, program.after)
+        finally:
+            await branch.close()
     await assert_host_and_pool_unharmed(spec, sandbox, context)

@@ -15,9 +15,11 @@ from pathlib import Path
 from agentenvs.sandbox.base import Capabilities
 from agentenvs.sandbox.pool.assess import (
     NAMESPACES,
+    OTHER_PROCESS_NOTE,
     cleared_env_layer,
     rlimits_layer,
     same_namespace,
+    seccomp_stages_note,
     status_field,
     tmpfs_workdir_layer,
 )
@@ -101,6 +103,11 @@ def assess(
         if active["seccomp"]
         else seccomp_note or str(hello.get("seccomp_error") or f"seccomp mode {mode!r}")
     )
+    if active["seccomp"] and report.get("other_process_calls") == "allowed":
+        active["seccomp"] = False
+        notes["seccomp"] = OTHER_PROCESS_NOTE
+    elif active["seccomp"]:
+        notes["seccomp"] += "; " + seccomp_stages_note(report, hello)
 
     restrict = report.get("restrict", {})
     active["landlock"] = bool(restrict.get("landlock"))

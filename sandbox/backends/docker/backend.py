@@ -204,6 +204,7 @@ class DockerSandbox(SupervisedSandbox[ContainerWorker]):
         self._remove_stale_containers()
         self._ensure_image()
         seccomp_bpf = None
+        seccomp_stages: dict[str, str] = {}
         if not self.use_seccomp:
             self._seccomp_note = "the sandbox's filter is disabled (use_seccomp=False)"
         elif _arch(str(self._engine_info.get("Architecture", ""))) != _arch(platform.machine()):
@@ -214,6 +215,9 @@ class DockerSandbox(SupervisedSandbox[ContainerWorker]):
             program = build_seccomp_program()
             if program.bpf:
                 seccomp_bpf = base64.b64encode(program.bpf).decode()
+            seccomp_stages = {
+                name: base64.b64encode(bpf).decode() for name, bpf in program.stages.items()
+            }
             self._seccomp_note = program.reason
         security = " ".join(str(o) for o in self._engine_info.get("SecurityOptions") or [])
         remapped = "userns" in security or "rootless" in security
@@ -227,6 +231,7 @@ class DockerSandbox(SupervisedSandbox[ContainerWorker]):
             workdir_bytes=cfg.workdir_size_mb * MB,
             preload=self.preload,
             seccomp_bpf=seccomp_bpf,
+            seccomp_stages=seccomp_stages,
             landlock=self.use_landlock,
             labels={
                 OWNER_LABEL: f"{socket.gethostname()}:{os.getpid()}",

@@ -83,6 +83,8 @@ class ContainerSettings:
     seccomp_bpf: str | None
     """Base64 classic-BPF program for the supervisor to load (None: the engine's only)."""
     landlock: bool
+    seccomp_stages: dict[str, str] = field(default_factory=dict)
+    """Base64 filters the supervisor's children add (``SeccompProgram.stages``)."""
     labels: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=container_environment)
 
@@ -126,6 +128,7 @@ class ContainerSettings:
             "workdir": WORKDIR,
             "scratch_dirs": [SHM],
             "seccomp_bpf": self.seccomp_bpf,
+            "seccomp_stages": self.seccomp_stages,
             "landlock": {
                 "read": ["/"],
                 "write": [WORKDIR, SHM],

@@ -14,9 +14,11 @@ from agentenvs.sandbox.backends.local.worker import Worker
 from agentenvs.sandbox.base import Capabilities
 from agentenvs.sandbox.pool.assess import (
     NAMESPACES,
+    OTHER_PROCESS_NOTE,
     cleared_env_layer,
     rlimits_layer,
     same_namespace,
+    seccomp_stages_note,
     status_field,
     tmpfs_workdir_layer,
 )
@@ -86,6 +88,11 @@ def assess(
         notes["seccomp"] = (
             seccomp_reason or worker.hello.get("seccomp_error") or f"seccomp mode {seccomp_mode!r}"
         )
+    elif report.get("other_process_calls") == "allowed":
+        active["seccomp"] = False
+        notes["seccomp"] = OTHER_PROCESS_NOTE
+    else:
+        notes["seccomp"] = seccomp_stages_note(report, worker.hello)
 
     restrict = report.get("restrict", {})
     active["landlock"] = bool(restrict.get("landlock"))

@@ -117,6 +117,7 @@ class LocalSandbox(SupervisedSandbox[Worker]):
             preload=self.preload,
             warmup=self.warmup,
             seccomp_bpf=seccomp.bpf if seccomp else None,
+            seccomp_stages=seccomp.stages if seccomp else None,
             landlock=self.use_landlock,
             use_bwrap=self.use_bwrap,
         )

@@ -113,6 +113,8 @@ class LaunchPlan:
     seccomp_bpf: bytes | None
     landlock: bool
     disable_userns: bool = False
+    seccomp_stages: dict[str, bytes] = field(default_factory=dict)
+    """The filters the supervisor's children add (``SeccompProgram.stages``)."""
     notes: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -126,6 +128,7 @@ class LaunchPlan:
         seccomp_bpf: bytes | None,
         landlock: bool,
         use_bwrap: bool | None,
+        seccomp_stages: dict[str, bytes] | None = None,
     ) -> LaunchPlan:
         notes: dict[str, str] = {}
         bwrap = shutil.which("bwrap") if use_bwrap is not False else None
@@ -147,6 +150,7 @@ class LaunchPlan:
             preload=preload,
             warmup=warmup,
             seccomp_bpf=seccomp_bpf,
+            seccomp_stages=dict(seccomp_stages or {}),
             landlock=landlock,
             disable_userns=version >= (0, 8),
             notes=notes,
@@ -177,6 +181,9 @@ class LaunchPlan:
             "seccomp_bpf": base64.b64encode(self.seccomp_bpf).decode()
             if self.seccomp_bpf
             else None,
+            "seccomp_stages": {
+                name: base64.b64encode(bpf).decode() for name, bpf in self.seccomp_stages.items()
+            },
             "landlock": landlock if self.landlock else None,
             "landlock_scope_signals": True,
             "subreaper": True,

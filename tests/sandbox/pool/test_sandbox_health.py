@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import pytest
+from support import machine_skips
 from support.sandbox_escape.backends import sandbox_fixture
 
 from agentenvs.sandbox import Sandbox, SandboxConfig
@@ -136,10 +137,12 @@ async def test_parked_memory_never_poisons_the_worker(sandbox: Sandbox, name: st
 
 
 def _only_worker(sandbox: Sandbox):
+    # The health check reads the worker's cgroup: only a machine without usable cgroups
+    # has none (asked of the machine itself); anywhere else a missing check is a failure.
+    machine_skips.require("cgroups")
     worker = sandbox._slots[0].worker  # type: ignore[attr-defined]
     health: WorkerHealth | None = getattr(worker, "health", None)
-    if health is None:
-        pytest.skip("the host cannot see this worker's cgroup (no health check here)")
+    assert health is not None, "the machine offers cgroups, but this worker has no health check"
     return worker, health
 
 
@@ -188,3 +191,80 @@ async def test_memory_held_outside_the_sandbox_recycles_the_worker(sandbox: Sand
                 directory.rmdir()  # the retired worker's groups, busy until now
     nxt = await sandbox.run("print(3)")
     assert nxt.ok and nxt.stdout == "3\n", nxt
+
+
+# --- issue #24: what a run could change about the supervisor itself
+async def test_process_attributes_see_scheduling_and_limit_changes() -> None:
+    """The host's reading of ``/proc/<pid>`` notices each attribute a run could change."""
+    import os
+    import resource
+
+    from agentenvs.sandbox.pool.health import Baseline, CgroupDirs
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        health = WorkerHealth(proc.pid, CgroupDirs(None, None, 0))
+        health.baseline = health.measure()
+        assert isinstance(health.baseline, Baseline) and health.baseline.attributes
+        assert health.problem() == ""
+        changes = [
+            ("nice", lambda: os.setpriority(os.PRIO_PROCESS, proc.pid, 19)),
+            ("policy", lambda: os.sched_setscheduler(proc.pid, os.SCHED_IDLE, os.sched_param(0))),
+            ("affinity", lambda: os.sched_setaffinity(proc.pid, {min(os.sched_getaffinity(0))})),
+            ("Max open files", lambda: resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (8, 8))),
+            ("Max file size", lambda: resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (1, 1))),
+        ]
+        if len(os.sched_getaffinity(0)) == 1:
+            changes = [c for c in changes if c[0] != "affinity"]  # nothing to narrow
+        for name, change in changes:
+            change()
+            problem = health.problem()
+            assert name in problem and "scheduling or limits changed" in problem, problem
+            health.baseline = health.measure()  # the next change on its own
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_supervisor_notices_its_own_attributes_changing() -> None:
+    """The supervisor's own check (``processes.own_attributes``), as ``reset`` runs it."""
+    code = (
+        "import os, resource\n"
+        "from agentenvs.sandbox.supervisor.processes import attributes_changed, own_attributes\n"
+        "base = own_attributes()\n"
+        "assert attributes_changed(base) == '', attributes_changed(base)\n"
+        "os.nice(1)\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, hard - 1), hard - 1))\n"
+        "print(attributes_changed(base))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "nice" in out.stdout and "RLIMIT_NOFILE" in out.stdout, out
+
+
+async def test_a_supervisor_changed_from_outside_is_recycled(sandbox: Sandbox) -> None:
+    """The supervisor reniced and put under ``SCHED_IDLE`` by a process the seccomp
+    filter does not cover (the host itself, here; it has CAP_SYS_NICE, so it could undo
+    it, but a run could not): the worker does not serve again; its replacement is intact."""
+    import os
+
+    assert (await sandbox.run("print(1)")).ok
+    worker, health = _only_worker(sandbox)
+    assert health.problem() == ""
+    os.setpriority(os.PRIO_PROCESS, health.pid, 19)
+    os.sched_setscheduler(health.pid, os.SCHED_IDLE, os.sched_param(0))
+    assert "scheduling or limits changed" in health.problem()
+    first = await sandbox.run("print(2)")
+    # the run itself may still be answered by the changed worker (or found it condemned
+    # and retried elsewhere); it is never reused after that
+    assert first.ok and first.stdout == "2\n", first
+    for _ in range(200):
+        if sandbox._slots[0].worker is not worker:  # type: ignore[attr-defined]
+            break
+        await asyncio.sleep(0.05)
+    assert sandbox._slots[0].worker is not worker, worker.recycle_reason  # type: ignore[attr-defined]
+    nxt = await sandbox.run(
+        "import os\nparent = os.getppid()\n"
+        "print(os.getpriority(os.PRIO_PROCESS, parent) < 19, os.sched_getscheduler(parent))"
+    )
+    assert nxt.ok and nxt.stdout == f"True {os.SCHED_OTHER}\n", nxt
