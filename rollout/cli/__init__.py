@@ -103,14 +103,24 @@ SUBAPPS = {
 
 
 def mount_subapps(main_app: typer.Typer) -> list[str]:
-    """Mount other parts' command groups when their modules import (skipped when absent)."""
+    """Mount other parts' command groups when their modules import.
+
+    A group whose optional dependencies are not installed (a ``ModuleNotFoundError``
+    for a module outside agentenvs) is left out quietly; any other failure to import
+    it is a bug, and is said on stderr rather than hidden, while the other commands
+    keep working."""
     import importlib
 
     mounted = []
     for name, module_name in SUBAPPS.items():
         try:
             module = importlib.import_module(module_name)
-        except Exception:
+        except Exception as err:
+            missing = err.name if isinstance(err, ModuleNotFoundError) else None
+            if not (missing and not missing.startswith("agentenvs")):  # not an optional extra
+                logging.getLogger(__name__).warning(
+                    "`agentenvs %s` is unavailable: importing %s failed: %r", name, module_name, err
+                )
             continue
         sub = getattr(module, "app", None)
         if isinstance(sub, typer.Typer):

@@ -69,9 +69,18 @@ def check_command(
             metavar="STORE", help="For a samples file: the trajectory store it was made from."
         ),
     ] = None,
+    drift: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="The trainer's drift log (JSONL): fail groups of a batch whose tokens "
+            "disagreed with the trainer's weights of the version they claim.",
+        ),
+    ] = None,
 ) -> None:
     """Check that a run's data lines up before training on it; exit 1 on any failure."""
     from agentenvs.rollout.inspect.check import check_file, check_records, file_kind
+    from agentenvs.rollout.weights.drift import read_drift
 
     with friendly_errors():
         if file.is_dir():
@@ -93,6 +102,7 @@ def check_command(
                     current_version=current_version,
                     max_staleness=max_staleness,
                     text_trainer=text_trainer,
+                    drift=read_drift(drift) if drift is not None else None,
                 )
                 if contents.problems:
                     report.stats["skipped_lines"] = len(contents.problems)

@@ -40,7 +40,13 @@ class ReportedProvenance:
     reported: dict[str, Any]
 
 
-_LIVE_POLICY_FIELDS = ("model", "weights_version", "weights_versions", "weights")
+_LIVE_POLICY_FIELDS = (
+    "model",
+    "weights_version",
+    "weights_versions",
+    "weights",
+    "weights_newest",
+)
 """Known only once sampling has started (a model name found on the server, a sync)."""
 
 
@@ -59,5 +65,7 @@ def record_provenance(
     if given is not live and isinstance(given, dict):
         given = dict(given)
         given.update({k: live[k] for k in _LIVE_POLICY_FIELDS if live.get(k) is not None})
+        if "weights" not in live:  # the claimed version's identity is not known
+            given.pop("weights", None)
         record["policy"] = given
     return record

@@ -16,6 +16,7 @@ from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.data.advantages import Estimator, estimator_info, group_advantages
 from agentenvs.rollout.data.samples import TrainingSample, trajectory_to_samples
+from agentenvs.rollout.weights.drift import DriftAlarm, DriftReport, alarmed_keys
 
 
 class StaleSamplesError(AgentEnvsError, ValueError):
@@ -61,14 +62,22 @@ def samples_from_records(
     normalize_std: bool = False,
     current_version: int | None = None,
     max_staleness: int | None = None,
+    drift: Sequence[DriftReport] | None = None,
 ) -> tuple[list[TrainingSample], list[dict[str, Any]]]:
     """Samples of the ok groups, and one metadata dict per sample.
 
     Advantages are the ones stored with each group, unless ``estimator`` asks for
     a recomputation. With ``max_staleness`` set, any group further behind than
     that raises :class:`StaleSamplesError` naming it, rather than being trained on.
+    With ``drift`` (the trainer's drift reports), a group of a batch whose
+    on-policy tokens disagreed with the trainer raises :class:`DriftAlarm`.
     """
     ok = [r for r in records if r.status == "ok" and r.group is not None]
+    if drift is not None:
+        refused = alarmed_keys(drift)
+        bad = next((r for r in ok if r.key in refused), None)
+        if bad is not None:
+            raise DriftAlarm(f"group {bad.key}: {refused[bad.key]}")
     if max_staleness is not None:
         if current_version is None:
             raise ValueError("max_staleness needs current_version")

@@ -28,6 +28,7 @@ from agentenvs.rollout.inspect.token_checks import (
     check_token_ids,
 )
 from agentenvs.rollout.inspect.tree_checks import check_trees
+from agentenvs.rollout.weights.drift import DriftReport, alarmed_keys
 
 __all__ = ["CHECKS", "Check", "CheckReport", "Finding", "Status", "check_file", "check_records"]
 
@@ -381,19 +382,37 @@ def check_action_text(records: Sequence[GroupRecord], tokenizer: Any) -> Finding
     )
 
 
+LOGPROB_ROUNDING = 1e-4
+"""How far above 0 an engine's rounding may put a logprob (log p <= 0 exactly)."""
+
+
 def check_logprob_lengths(records: Sequence[GroupRecord]) -> Finding:
+    """One logprob per sampled token, each a finite number <= 0: a NaN poisons the loss
+    and a positive value is no probability (the collector refuses both from a policy,
+    so in a store they are corruption)."""
     for record in records:
         for t, traj in enumerate(record.group.trajectories if record.group else []):
             for turn, tr in enumerate(traj.transitions):
                 lp = tr.ac.logprobs
+                where = f"group {record.key} traj {t} turn {turn}"
                 if lp is not None and len(lp) != len(tr.ac.tokens):
                     return Finding(
                         Check.FIXED_TRAJECTORY,
                         "fail",
                         f"{len(tr.ac.tokens)} sampled tokens but {len(lp)} logprobs",
-                        f"group {record.key} traj {t} turn {turn}",
+                        where,
                     )
-    return Finding(Check.FIXED_TRAJECTORY, "pass", "every action has one logprob per token")
+                for i, value in enumerate(lp or ()):
+                    if not isinstance(value, int | float) or not math.isfinite(value):
+                        problem = f"logprob {value!r} is not a finite number"
+                    elif value > LOGPROB_ROUNDING:
+                        problem = f"logprob {value:+.3g} is above 0 (no probability)"
+                    else:
+                        continue
+                    return Finding(Check.FIXED_TRAJECTORY, "fail", problem, f"{where} token {i}")
+    return Finding(
+        Check.FIXED_TRAJECTORY, "pass", "every action has one finite logprob <= 0 per token"
+    )
 
 
 def check_staleness(
@@ -468,6 +487,44 @@ def check_staleness(
     return findings
 
 
+def check_drift(records: Sequence[GroupRecord], reports: Sequence[DriftReport]) -> list[Finding]:
+    """The trainer's drift reports (``--drift``): a record of a batch whose on-policy
+    tokens disagreed with the trainer fails (its sampler did not run the weights it
+    claims); records no report covers are counted."""
+    refused = alarmed_keys(reports)
+    covered = {k for r in reports for v in r.versions for k in v.keys}
+    findings = []
+    for record in records:
+        if record.key in refused:
+            findings.append(
+                Finding(
+                    Check.COMPLETION_BOUNDARIES, "fail", refused[record.key], f"group {record.key}"
+                )
+            )
+            break
+    on_policy = [v for r in reports for v in r.versions if v.on_policy]
+    tokens = sum(v.tokens for v in on_policy)
+    worst = max((v.rms for v in on_policy), default=0.0)
+    findings.append(
+        Finding(
+            Check.COMPLETION_BOUNDARIES,
+            "pass" if tokens else "warn",
+            f"drift: {len(reports)} steps, {tokens} on-policy tokens compared with the trainer, "
+            f"worst rms {worst:.3g}; {sum(r.alarm is not None for r in reports)} alarmed",
+        )
+    )
+    uncovered = sum(1 for r in records if r.key not in covered)
+    if uncovered:
+        findings.append(
+            Finding(
+                Check.COMPLETION_BOUNDARIES,
+                "info",
+                f"{uncovered} groups appear in no drift report (not trained on yet)",
+            )
+        )
+    return findings
+
+
 def check_records(
     records: Sequence[GroupRecord],
     *,
@@ -476,9 +533,12 @@ def check_records(
     current_version: int | None = None,
     max_staleness: int | None = None,
     text_trainer: bool = False,
+    drift: Sequence[DriftReport] | None = None,
 ) -> CheckReport:
     """Every check on a store's records. ``text_trainer`` makes a text round-trip
-    difference a failure (for trainers that re-tokenize decoded text)."""
+    difference a failure (for trainers that re-tokenize decoded text); ``drift``,
+    the trainer's drift reports (:mod:`agentenvs.rollout.weights.drift`), fails
+    records of a batch that alarmed."""
     report = CheckReport(source, "trajectories")
     ok = [r for r in records if r.status == "ok" and r.group is not None]
     report.stats = {"groups": len(records), "ok": len(ok), "failed": len(records) - len(ok)}
@@ -527,6 +587,8 @@ def check_records(
     report.findings.append(constant_reward_groups(per_group))
 
     report.findings += check_staleness(ok, current_version, max_staleness)
+    if drift is not None:
+        report.findings += check_drift(ok, drift)
     report.findings += check_trees(ok)  # tree rollouts only (inspect/tree_checks.py)
 
     report.findings += check_split_points(ok, tokenizer)

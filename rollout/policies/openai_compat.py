@@ -15,6 +15,11 @@ Token-in/token-out over HTTP:
   ``meta_info.output_token_logprobs``, a list of ``(logprob, token_id, text)``),
   and ``meta_info.finish_reason.type``. ``no_stop_trim`` keeps the stop string.
 
+Tested: ``api="vllm"`` against a real vLLM server (CPU build) and a stand-in;
+``api="sglang"`` only against an emulation of SGLang's ``/generate``
+(``tests/support/rollout_vllm_standin.py``, field names from SGLang's native API),
+never a running SGLang server.
+
 Connection errors, timeouts, 429 and 5xx answers are retried with exponential
 backoff; anything else, or running out of attempts, is a :class:`PolicyError`
 naming the URL. Requests in flight are bounded by ``concurrency``.
@@ -55,8 +60,10 @@ from agentenvs.rollout.policies.base import (
     derive_seed,
 )
 from agentenvs.rollout.policies.stop import split_stop
+from agentenvs.rollout.weights.custody import PROVEN, WeightsCustody
 from agentenvs.rollout.weights.gate import SwapGate
 from agentenvs.rollout.weights.identity import WeightsIdentity
+from agentenvs.rollout.weights.instances import ServerInstances
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +122,7 @@ class OpenAICompatPolicy:
         eos_token_ids: list[int] | None = None,
         api_key: str | None = None,
         weights_version: int | str | None = None,
+        instance_check_interval: float = 5.0,
     ) -> None:
         if api not in ("vllm", "sglang"):
             raise ValueError(f"api must be 'vllm' or 'sglang', got {api!r}")
@@ -146,9 +154,24 @@ class OpenAICompatPolicy:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx.AsyncClient | None = None
         self._slots: asyncio.Semaphore | None = None
-        self.weights = WeightsIdentity(version=weights_version)
-        """What the server samples with; a weight sync replaces it once verified."""
+        self.custody = WeightsCustody(WeightsIdentity(version=weights_version))
+        """The identity turns are stamped with, and what takes its proof away
+        (:mod:`agentenvs.rollout.weights.custody`)."""
         self.gate = SwapGate()
+        self.instances = ServerInstances(self, instance_check_interval)
+        """Each vLLM server's start time, read again at most every
+        ``instance_check_interval`` seconds while the weights are proven: a new
+        instance loses the proof. Exact while a restart takes longer than the
+        interval (vLLM's start-up takes 30 s and more)."""
+
+    @property
+    def weights(self) -> WeightsIdentity:
+        """What the server samples with; a weight sync replaces it once verified."""
+        return self.custody.identity
+
+    @weights.setter
+    def weights(self, identity: WeightsIdentity) -> None:
+        self.custody.identity = identity
 
     @property
     def weights_version(self) -> int | str | None:
@@ -174,13 +197,15 @@ class OpenAICompatPolicy:
         async with slots:
             if self.api == "vllm" and self.model is None:
                 self.model = await self._first_model(client)
+            await self._keep_custody()
             async with self.gate.request():
                 weights = self.weights  # fixed while the request is in flight
                 if weights.failed:
                     raise PolicyError(
-                        f"sampling refused: the weights on {self.url} failed verification "
+                        f"sampling refused: the weights on {self.url} are not vouched for "
                         f"({weights.failed}); sync verified weights first"
                     )
+                losses = self.custody.losses
                 if self.api == "vllm":
                     body = self._vllm_body(observation, stop, cap, seed)
                     body["model"] = self.served_model()
@@ -188,14 +213,37 @@ class OpenAICompatPolicy:
                 else:
                     body = self._sglang_body(observation, stop, cap, seed)
                     out = self._parse_sglang(await self._post(client, "/generate", body))
+            if self.custody.losses != losses:
+                # A server was lost while this turn was under way: the answer may come
+                # from a restarted one. Stamp what a re-probe says, or refuse.
+                weights = await self._reproven(weights)
         if weights.path == "base" and weights.name is None:
             weights = replace(weights, name=self.model)  # the served model, once known
         stamp: dict[str, str | int | float] = {"weights": weights.label()}
+        if weights.proof != "none":
+            stamp["weights_proof"] = weights.proof
         if weights.version is not None:
             stamp["weights_version"] = weights.version
         if seed is not None:
             stamp["seed"] = seed
         return StampedTokens(out.tokens, out.logprobs, out.stop_reason, stamp=stamp)
+
+    async def _keep_custody(self) -> None:
+        """Before a request: a new server instance loses the proof; a lost proof is
+        re-probed when this policy's sync left a way to."""
+        if self.api == "vllm" and self.weights.proof in PROVEN:
+            await self.instances.check_due()
+        await self.custody.ensure_proven()
+
+    async def _reproven(self, stamped: WeightsIdentity) -> WeightsIdentity:
+        await self.custody.ensure_proven()
+        now = self.weights
+        if now.failed:
+            raise PolicyError(
+                f"a server was lost during this turn and no longer serves the weights "
+                f"it was sent to ({now.failed})"
+            )
+        return now if now.version == stamped.version else stamped
 
     def request_seed(self) -> int | None:
         """This request's seed: derived per turn inside a rollout, ``seed`` outside one."""
@@ -220,7 +268,14 @@ class OpenAICompatPolicy:
             if self.seed is not None
             else None,
             "weights": self.weights.to_json(),
+            **self._weights_seen(),
         }
+
+    def _weights_seen(self) -> dict[str, Any]:
+        """Recent identities, when there were several: a group sampled across a sync
+        is recorded with the identity of the version it claims (:mod:`..weights.stamps`)."""
+        seen = self.custody.seen
+        return {"weights_seen": [i.to_json() for i in seen]} if len(seen) > 1 else {}
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -335,6 +390,8 @@ class OpenAICompatPolicy:
                 continue
             except httpx.TransportError as err:
                 last = f"{type(err).__name__}: {err}"
+                # Refused, reset or closed early: the server may be a new instance now.
+                self.custody.lose(f"{server}: {last}")
                 continue
             if response.status_code in _RETRY_STATUS:
                 last = f"HTTP {response.status_code}: {_snippet(response)}"

@@ -81,15 +81,25 @@ class VLLMServer:
         return log_tail(self.log_path, lines)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop the server and its engine processes (its own process group only)."""
-        if self.process.poll() is not None:
-            return
-        _signal_group(self.process, signal.SIGTERM)
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            _signal_group(self.process, signal.SIGKILL)
-            self.process.wait(timeout)
+        """Stop the server and its engine processes (its own process group only).
+
+        The group is ended even when the API server process is already gone: a
+        server killed on its own leaves its engine core processes running (seen:
+        three of them outlived every killed server), holding memory and the port's
+        KV cache.
+        """
+        if self.process.poll() is None:
+            _signal_group(self.process, signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                _signal_group(self.process, signal.SIGKILL)
+                self.process.wait(timeout)
+        if _group_alive(self.process):
+            _signal_group(self.process, signal.SIGTERM)
+            if not _wait_group_gone(self.process, timeout):
+                _signal_group(self.process, signal.SIGKILL)
+                _wait_group_gone(self.process, timeout)
 
     def __enter__(self) -> VLLMServer:
         return self
@@ -233,3 +243,25 @@ def log_tail(path: Path, lines: int = 40) -> str:
 def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, sig)
+
+
+def _group_alive(process: subprocess.Popen) -> bool:
+    """Whether a live (not zombie) process is left in the server's group, whose id
+    is the server's pid; read from /proc, as a zombie still answers a signal."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == process.pid:
+            return True
+    return False
+
+
+def _wait_group_gone(process: subprocess.Popen, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _group_alive(process):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True

@@ -2,9 +2,12 @@
 
 Answers "does the next rollout use the updated weights?" from the data: a sync
 pushes new weights to the engine (a LoRA adapter or a full reload), resets its
-prefix cache, checks the engine's logprobs on a fixed probe against the
-trainer's own forward pass, and only then moves the policy to the new
-:class:`WeightsIdentity`, which every later turn records.
+prefix cache, checks the engine's logprobs on fixed probes against the trainer's
+own forward pass and against the previous weights (:mod:`.proof`), and only then
+moves the policy to the new :class:`WeightsIdentity`, which every later turn
+records. The proof is kept only while the server cannot have changed under it
+(:mod:`.custody`), and every training batch is checked against the trainer's own
+logprobs (:mod:`.drift`).
 """
 
 from agentenvs.rollout.weights.gate import SwapGate

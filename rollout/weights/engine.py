@@ -97,3 +97,13 @@ class VLLMEngine:
     async def reload_weights(self, path: str) -> None:
         body = {"method": "reload_weights", "kwargs": {"weights_path": path}}
         await self.call("/collective_rpc", body)
+
+    async def served_models(self) -> list[str]:
+        """The names the server serves now: its base model and every loaded adapter."""
+        try:
+            data = await self.policy.request("GET", "/v1/models", None, server=self.url)
+            return [str(m["id"]) for m in data["data"]]
+        except PolicyError as err:
+            raise WeightSyncError(f"/v1/models failed: {err}", status=err.status) from None
+        except (KeyError, TypeError) as err:
+            raise WeightSyncError(f"/v1/models answered without a model list: {err!r}") from None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 SyncPath = Literal["base", "lora", "full"]
+Proof = Literal["none", "verified", "indistinguishable", "lost"]
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".json")
 
@@ -32,11 +33,29 @@ class WeightsIdentity:
     sha256: str | None = None
     """Hash of the loaded files (:func:`hash_weights`)."""
     verified: bool = False
-    """True once the probe matched the trainer's forward pass of these weights."""
+    """True only while the probe shows the server runs these weights and not the
+    previous ones (:attr:`proof` ``verified``)."""
     probe_max_abs_diff: float | None = None
     failed: str | None = None
-    """Set when a full reload failed verification: the server holds weights nobody
-    vouches for, and the policy refuses to sample until a sync succeeds."""
+    """Set when the server holds weights nobody vouches for (a full reload that
+    failed verification or a step of it, a server that restarted with other
+    weights): the policy refuses to sample until a sync succeeds."""
+    proof: Proof = "none"
+    """What the probe showed of these weights on the server:
+
+    * ``verified``: it agrees with the trainer's forward pass of them and is
+      measurably far from the previous weights (:mod:`.proof`);
+    * ``indistinguishable``: it agrees, but the update was too small for the probe
+      to tell these weights from the previous ones at this dtype;
+    * ``lost``: proven once, but a server was unreachable, restarted or failed a
+      sync step since; sampling waits for a re-probe against what it served;
+    * ``none``: never probed (the weights a server started with).
+    """
+    probe_power: float | None = None
+    """How many noise tolerances the update moved the probe (:attr:`.proof.Separation.power`)."""
+    exact: str | None = None
+    """An exact check the engine answered beside the statistical one (a LoRA adapter
+    listed by the server by its name), or None when there is none."""
 
     def label(self) -> str:
         """A short string for per-turn logs: ``lora:grpo-v3@1a2b3c4d``."""

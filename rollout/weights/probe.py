@@ -1,32 +1,42 @@
-"""Proof that the server samples with the weights the trainer just pushed.
+"""Probing a server: what it serves, scored on fixed tokens, beside the trainer's pass.
 
-After a swap, the server continues a fixed probe prompt for a few tokens and
-reports each sampled token's logprob; the trainer's own forward pass of the new
-weights scores the same tokens. Only when the two agree within a tolerance fit
-for the dtype are the weights trusted.
+Two measurements, each catching what the other cannot:
 
-Why a continuation and not the prompt's own logprobs: vLLM computes prompt
-logprobs without its prefix cache, so they would look right even when the
-cache still holds the old weights' keys and values for the prompt, which is
-exactly the trap a sync must close (measured here: 33 nats off without a reset,
-4e-6 with one). Sampled tokens are computed on top of the cached prefix, so they
-show it. The probe prompt is long enough to fill whole cache blocks.
+* **teacher-forced scoring** of the probe's sequences at every position (vLLM's
+  ``prompt_logprobs``), on the server and with the trainer's forward pass: many
+  positions, so :mod:`.proof` can tell the new weights from the previous ones
+  at realistic learning rates;
+* **a sampled continuation** of the probe prompt, rescored by the trainer. vLLM
+  computes prompt logprobs without its prefix cache, so they would look right
+  even when the cache still holds the old weights' keys and values for the
+  prompt, which is exactly the trap a sync must close (measured here: 33 nats
+  off without a reset, 4e-6 with one). Sampled tokens are computed on top of the
+  cached prefix, so they show it. The probe prompt is long enough to fill whole
+  cache blocks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
+from agentenvs.rollout.weights.proof import (
+    MIN_SCORED_TOKENS,
+    NOISE,
+    Separation,
+    Tolerance,
+    separate,
+)
 
 ReferenceLogprobs = Callable[[list[int], int], list[float] | Awaitable[list[float]]]
 """``(sequence, start) -> logprobs of sequence[start:]`` under the trainer's new weights."""
 
-TOLERANCE = {"float32": 1e-3, "float16": 5e-2, "bfloat16": 1.5e-1}
-"""Max |logprob difference| accepted per dtype: fp32 engines agree to ~1e-5 here."""
+TOLERANCE = {dtype: Tolerance.for_dtype(dtype).max for dtype in NOISE}
+"""Max |logprob difference| accepted per dtype on one position: the measured noise
+of :data:`~.proof.NOISE` times :data:`~.proof.NOISE_FACTOR`."""
 
 
 class VerificationError(AgentEnvsError, RuntimeError):
@@ -36,31 +46,96 @@ class VerificationError(AgentEnvsError, RuntimeError):
 @dataclass(frozen=True)
 class Probe:
     prompt: list[int]
+    """The prompt the server continues (the prefix-cache check)."""
     max_tokens: int = 8
     seed: int = 20240917
+    scored: tuple[tuple[int, ...], ...] = ()
+    """Sequences scored teacher-forced at every position after their first; empty:
+    the prompt itself."""
+    min_scored_tokens: int = MIN_SCORED_TOKENS
+
+    def __post_init__(self) -> None:
+        if len(self.prompt) < 2:
+            raise ValueError("a probe prompt needs at least two tokens")
+        if self.scored_tokens < self.min_scored_tokens:
+            raise ValueError(
+                f"the probe scores {self.scored_tokens} tokens; at least "
+                f"{self.min_scored_tokens} are needed to tell new weights from old"
+            )
+
+    @property
+    def sequences(self) -> tuple[tuple[int, ...], ...]:
+        return self.scored or (tuple(self.prompt),)
+
+    @property
+    def scored_tokens(self) -> int:
+        return sum(max(0, len(s) - 1) for s in self.sequences)
 
     @classmethod
-    def default(cls, vocab_size: int, *, length: int = 320, skip: int = 16) -> Probe:
-        """A fixed, spread-out token sequence (ids ``skip`` and up, clear of the
-        special tokens a small vocabulary starts with)."""
+    def default(
+        cls, vocab_size: int, *, length: int = 320, skip: int = 16, sequences: int = 4
+    ) -> Probe:
+        """Fixed, spread-out token sequences (ids ``skip`` and up, clear of the special
+        tokens a small vocabulary starts with), each on its own stride."""
         span = max(1, vocab_size - skip)
-        return cls(prompt=[skip + (i * 7919) % span for i in range(length)])
+        strides = (7919, 104729, 15485863, 32452843)[: max(1, sequences)]
+        rows = tuple(
+            tuple(skip + (i * k + n) % span for i in range(length)) for n, k in enumerate(strides)
+        )
+        return cls(prompt=list(rows[0]), scored=rows)
+
+    @classmethod
+    def from_prompts(
+        cls, prompts: Sequence[Sequence[int]], *, length: int = 512, max_sequences: int = 8
+    ) -> Probe:
+        """In-distribution probes: the run's own prompt token ids (each cut to
+        ``length``), where the update moves logprobs most. The longest prompt is the
+        one the server continues."""
+        rows = tuple(tuple(int(t) for t in p[:length]) for p in prompts if len(p) >= 2)
+        rows = rows[:max_sequences]
+        if not rows:
+            raise ValueError("no prompt of two or more tokens to probe with")
+        return cls(prompt=list(max(rows, key=len)), scored=rows)
+
+
+ProbeStatus = Literal["verified", "indistinguishable", "mismatch"]
 
 
 @dataclass
 class ProbeResult:
+    """One server's probe after a load."""
+
     tokens: list[int]
+    """The sampled continuation of the probe prompt."""
     server: list[float]
     trainer: list[float]
     max_abs_diff: float
-    tolerance: float
+    """Largest difference on the continuation (the prefix-cache check)."""
+    tolerance: Tolerance
+    separation: Separation
+    """The teacher-forced comparison: new weights against the previous ones."""
+    after: list[float] = field(default_factory=list)
+    """The server's teacher-forced scores (the fingerprint a re-probe compares to)."""
     extra: dict[str, Any] = field(default_factory=dict)
     url: str = ""
     """The server that answered the probe."""
 
     @property
+    def status(self) -> ProbeStatus:
+        if self.max_abs_diff > self.tolerance.max:
+            return "mismatch"
+        return self.separation.status
+
+    @property
     def matches(self) -> bool:
-        return self.max_abs_diff <= self.tolerance
+        """The server agrees with the trainer's new weights (verified or not told apart)."""
+        return self.status != "mismatch"
+
+    def describe(self) -> str:
+        return (
+            f"continuation max |diff| {self.max_abs_diff:.3g} (tolerance "
+            f"{self.tolerance.max:.3g}); teacher-forced {self.separation.describe()}"
+        )
 
 
 async def sample_probe(
@@ -89,23 +164,92 @@ async def sample_probe(
     return tokens, values
 
 
+async def score_on_server(
+    policy: OpenAICompatPolicy, probe: Probe, model: str, server: str | None = None
+) -> list[float]:
+    """The server's teacher-forced logprob of every scored position, all sequences
+    in order (vLLM's ``prompt_logprobs``)."""
+    scores: list[float] = []
+    for sequence in probe.sequences:
+        body = {
+            "model": model,
+            "prompt": list(sequence),
+            "max_tokens": 1,
+            "temperature": 1.0,
+            "seed": probe.seed,
+            "prompt_logprobs": 0,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+        }
+        data = await policy.request("POST", "/v1/completions", body, server=server)
+        scores += _prompt_logprobs(data, sequence)
+    return scores
+
+
+def _prompt_logprobs(data: dict[str, Any], sequence: Sequence[int]) -> list[float]:
+    """``choices[0].prompt_logprobs``: None for the first token, then one
+    ``{token: {"logprob": x, ...}}`` per position, holding at least the prompt's own
+    token (keys are ids, or ``token_id:N`` strings)."""
+    try:
+        rows = data["choices"][0]["prompt_logprobs"]
+        if rows is None or len(rows) != len(sequence):
+            raise ValueError(f"{0 if rows is None else len(rows)} rows for {len(sequence)} tokens")
+        out = []
+        for token, row in zip(sequence[1:], rows[1:], strict=True):
+            by_id = {int(str(k).removeprefix("token_id:")): v for k, v in row.items()}
+            entry = by_id[token]
+            out.append(float(entry["logprob"] if isinstance(entry, dict) else entry))
+        return out
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
+        raise VerificationError(
+            f"the server's answer has no prompt logprobs for the probe: {err!r}"
+        ) from None
+
+
+async def score_with_reference(reference: ReferenceLogprobs, probe: Probe) -> list[float]:
+    """The trainer's teacher-forced logprob of every scored position."""
+    scores: list[float] = []
+    for sequence in probe.sequences:
+        scored = list(await _resolve(reference(list(sequence), 1)))
+        if len(scored) != len(sequence) - 1:
+            raise VerificationError(
+                f"the trainer's reference gave {len(scored)} logprobs "
+                f"for {len(sequence) - 1} tokens"
+            )
+        scores += scored
+    return scores
+
+
 async def verify(
     policy: OpenAICompatPolicy,
     probe: Probe,
     model: str,
     reference: ReferenceLogprobs,
-    tolerance: float,
+    tolerance: Tolerance,
+    *,
+    before: Sequence[float],
+    new: Sequence[float] | None = None,
     server: str | None = None,
 ) -> ProbeResult:
+    """Probe one server after a load: its continuation against the trainer, and its
+    teacher-forced scores against the trainer's (``new``) and its own ``before``."""
     tokens, served = await sample_probe(policy, probe, model, server)
-    scored = reference(list(probe.prompt) + tokens, len(probe.prompt))
-    trainer = list(await scored) if isinstance(scored, Awaitable) else list(scored)
+    trainer = list(await _resolve(reference(list(probe.prompt) + tokens, len(probe.prompt))))
     if len(trainer) != len(tokens):
         raise VerificationError(
             f"the trainer's reference gave {len(trainer)} logprobs for {len(tokens)} tokens"
         )
     diff = max(abs(a - b) for a, b in zip(served, trainer, strict=True))
-    return ProbeResult(tokens, served, trainer, diff, tolerance, url=server or policy.url)
+    after = await score_on_server(policy, probe, model, server)
+    new = list(new) if new is not None else await score_with_reference(reference, probe)
+    separation = separate(after, before, new, tolerance)
+    return ProbeResult(
+        tokens, served, trainer, diff, tolerance, separation, after, url=server or policy.url
+    )
+
+
+async def _resolve(value: Any) -> Any:
+    return await value if isinstance(value, Awaitable) else value
 
 
 def torch_reference(model: Any) -> ReferenceLogprobs:

@@ -55,8 +55,9 @@ class SampledBy:
     turns: tuple[TurnStamp, ...] = ()
     """The stamp of every stamped turn, in trajectory order."""
     weights: WeightsIdentity | None = field(default=None, compare=False)
-    """The full identity the policy held when the group finished (newer than
-    :attr:`version` when a sync landed mid-group); None if the policy has none."""
+    """The full identity of :attr:`version`, the one the record claims (a policy
+    that lists the identities it held finds it even when a sync landed mid-group);
+    None if the policy has none or no longer knows it."""
 
     @property
     def oldest(self) -> TurnStamp | None:
@@ -107,16 +108,34 @@ class SampledBy:
 def with_turn_versions(described: dict[str, Any], group: TrajectoryGroup | None) -> dict[str, Any]:
     """A policy's provenance with ``weights_version`` set from its turns' stamps.
 
-    Unchanged when no turn is stamped (policies that do not stamp). Versions that
-    are not all numbers cannot be ordered; the first one is kept then.
+    The ``weights`` identity is the one of that version (the oldest stamped), so
+    the record describes the version it claims; a policy that lists the
+    identities it held recently (``weights_seen``) lets it be found, and the
+    newest stamped one is kept as ``weights_newest`` when a sync landed mid-group.
+    ``weights_seen`` itself is not recorded. Unchanged otherwise when no turn is
+    stamped (policies that do not stamp). Versions that are not all numbers
+    cannot be ordered; the first one is kept then.
     """
+    described = dict(described)
+    seen = described.pop("weights_seen", None) or []
     distinct = SampledBy.of_group(group).versions
     if not distinct:
         return described
-    described = dict(described)
     described["weights_version"] = distinct[0]
+    by_version = {w.get("version"): w for w in seen if isinstance(w, Mapping)}
+    if distinct[0] in by_version:
+        described["weights"] = dict(by_version[distinct[0]])
+    elif (
+        isinstance(described.get("weights"), Mapping)
+        and described["weights"].get("version") != distinct[0]
+    ):
+        # The policy's identity is of a newer version, and the claimed one's is not
+        # known any more: no identity rather than a wrong one.
+        described["weights_newest"] = described.pop("weights")
     if len(distinct) > 1:
         described["weights_versions"] = list(distinct)
+        if distinct[-1] in by_version:
+            described["weights_newest"] = dict(by_version[distinct[-1]])
     return described
 
 

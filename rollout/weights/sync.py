@@ -33,20 +33,27 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
+from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 from agentenvs.rollout.weights.engine import VLLMEngine, WeightSyncError
-from agentenvs.rollout.weights.identity import SyncPath, WeightsIdentity, hash_weights
+from agentenvs.rollout.weights.identity import Proof, SyncPath, WeightsIdentity, hash_weights
 from agentenvs.rollout.weights.probe import (
-    TOLERANCE,
     Probe,
     ProbeResult,
     ReferenceLogprobs,
     VerificationError,
+    score_on_server,
+    score_with_reference,
     verify,
 )
+from agentenvs.rollout.weights.proof import Tolerance, rms
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -61,7 +68,9 @@ class SyncReport:
     total_s: float
     paused: bool
     probes: list[ProbeResult] = field(default_factory=list)
-    """Every server's probe (``probe`` is the worst of them)."""
+    """Every server's probe (``probe`` is the one furthest from the new weights)."""
+    before_s: float = 0.0
+    """Scoring the servers before the load (the previous weights' reference)."""
 
 
 class WeightSync:
@@ -71,26 +80,32 @@ class WeightSync:
         *,
         probe: Probe,
         dtype: str = "float32",
-        tolerance: float | None = None,
+        tolerance: Tolerance | None = None,
         adapter_prefix: str | None = None,
         keep_adapters: int = 2,
     ) -> None:
         if policy.api != "vllm":
             raise ValueError("weight sync talks to vLLM's endpoints; the policy's api is not vllm")
-        if tolerance is None and dtype not in TOLERANCE:
-            raise ValueError(f"no default tolerance for dtype {dtype!r}; pass tolerance=")
         self.policy = policy
         self.engines = [VLLMEngine(policy, url) for url in policy.urls]
         """One per server the policy samples from: every one is loaded and verified."""
         self.engine = self.engines[0]
         self.probe = probe
-        self.tolerance = TOLERANCE[dtype] if tolerance is None else tolerance
+        self.tolerance = Tolerance.for_dtype(dtype) if tolerance is None else tolerance
         # A name is loaded once per server: a fresh prefix per sync keeps two trainers
         # (or two runs) on one server from colliding.
         self.adapter_prefix = adapter_prefix or f"agentenvs-{uuid.uuid4().hex[:6]}"
         self.keep_adapters = max(1, keep_adapters)
         self.loaded_adapters: list[str] = []
         self.reports: list[SyncReport] = []
+        self.fingerprint: dict[str, list[float]] = {}
+        self.fingerprint_version: int | str | None = None
+        """The version the fingerprint was taken of."""
+        """Each server's teacher-forced probe scores when the current identity was
+        proven: what a re-probe compares with."""
+        self.left_paused: list[VLLMEngine] = []
+        """Servers a failed sync paused and could not resume: resumed first next time."""
+        policy.custody.recover = self.reprobe
 
     def next_version(self) -> int:
         """One past the last verified version (a failed one was never trusted: reused)."""
@@ -158,59 +173,214 @@ class WeightSync:
         started = time.perf_counter()
         # Gates linked to the policy's (a Ray executor's actors) reopen with whatever
         # identity the swap ends on: the verified one, or a failed reload's.
-        # Every server is paused, loaded, reset, resumed and verified on its own; the
-        # policy moves to the new identity only when all of them match, since the
-        # load balancer may send the next turn to any of them.
+        # Every server is scored before the load (what it served until now), then
+        # paused, loaded, reset, resumed and probed on its own; the policy moves to
+        # the new identity only when all of them match, since the load balancer may
+        # send the next turn to any of them.
         async with self.policy.gate.swap(opens_with=lambda: self.policy.weights):
-            paused: list[VLLMEngine] = []
-            try:
-                for engine in self.engines:
-                    if await engine.pause():
-                        paused.append(engine)
-                for engine in self.engines:
-                    await load(engine)
-                loaded = time.perf_counter()
-                if reset:
-                    for engine in self.engines:
-                        await engine.reset_prefix_cache()
-                reset_done = time.perf_counter()
-            finally:
-                # Every server paused so far is resumed, even when a later one failed:
-                # a server left paused would hold every request sent to it.
-                await _resume_all(paused)
+            await self._resume_left_paused()
+            served = self.policy.served_model() or await self.policy.model_name()
+            before = await self._previous_scores(candidate, served)
+            prepared = time.perf_counter()
+            paused = await self._load_everywhere(candidate, load, reset)
+            loaded = time.perf_counter()
             if candidate.path == "full":
                 # The servers' weights changed whatever the probe says next.
                 self.policy.weights = replace(candidate, failed="not verified yet")
             model = candidate.name or await self.policy.model_name()
+            new = await score_with_reference(reference, self.probe)
             results = [
-                await verify(self.policy, self.probe, model, reference, self.tolerance, e.url)
+                await self._step(
+                    candidate,
+                    verify(
+                        self.policy,
+                        self.probe,
+                        model,
+                        reference,
+                        self.tolerance,
+                        before=before[e.url],
+                        new=new,
+                        server=e.url,
+                    ),
+                )
                 for e in self.engines
             ]
-            result = max(results, key=lambda r: r.max_abs_diff)
-            verified = time.perf_counter()
-            if not result.matches:
-                self._refuse(candidate, result)
-            self.policy.weights = replace(
-                candidate, verified=True, probe_max_abs_diff=result.max_abs_diff, failed=None
+            mismatched = [r for r in results if not r.matches]
+            if mismatched:
+                self._refuse(candidate, mismatched[0])
+            exact = await self._exact_identity(candidate)
+            proven = (
+                "verified" if all(r.status == "verified" for r in results) else "indistinguishable"
             )
+            self.policy.weights = replace(
+                candidate,
+                verified=proven == "verified",
+                proof=proven,
+                probe_max_abs_diff=max(r.max_abs_diff for r in results),
+                probe_power=min(r.separation.power for r in results),
+                exact=exact,
+                failed=None,
+            )
+            self.fingerprint = {r.url: r.after for r in results}
+            self.fingerprint_version = candidate.version
+            await self.policy.instances.record()
+            verified = time.perf_counter()
         report = SyncReport(
             identity=self.policy.weights,
-            probe=result,
-            load_s=loaded - started,
-            reset_s=reset_done - loaded,
-            verify_s=verified - reset_done,
+            probe=max(results, key=lambda r: r.separation.to_new),
+            load_s=loaded - prepared,
+            reset_s=0.0,
+            verify_s=verified - loaded,
             total_s=time.perf_counter() - started,
             paused=len(paused) == len(self.engines),
             probes=results,
+            before_s=prepared - started,
         )
         self.reports.append(report)
         return report
 
-    def _refuse(self, candidate: WeightsIdentity, result: ProbeResult) -> None:
-        problem = (
-            f"probe max |logprob diff| {result.max_abs_diff:.3g} > tolerance {result.tolerance:g}"
-            + (f" on {result.url}" if len(self.engines) > 1 else "")
+    async def _load_everywhere(self, candidate, load, reset: bool) -> list[VLLMEngine]:
+        """Pause, load, reset the prefix cache and resume every server. Every server
+        paused is resumed, even when a later step failed (a server left paused holds
+        every request sent to it); the first failure is the one raised."""
+        paused: list[VLLMEngine] = []
+        failure: BaseException | None = None
+        loading = False
+        try:
+            for engine in self.engines:
+                if await engine.pause():
+                    paused.append(engine)
+            loading = True
+            for engine in self.engines:
+                await load(engine)
+            if reset:
+                for engine in self.engines:
+                    await engine.reset_prefix_cache()
+        except BaseException as err:  # cancelled too: the servers must not stay paused
+            failure = err
+        self.left_paused, unresumed = await _resume_all(paused)
+        if unresumed is not None:
+            if failure is None:
+                failure = unresumed
+            else:
+                failure.add_note(f"resuming the paused servers failed too: {unresumed}")
+        if failure is not None:
+            self._step_failed(candidate, failure, loading=loading)
+            raise failure
+        return paused
+
+    async def _previous_scores(
+        self, candidate: WeightsIdentity, served: str
+    ) -> dict[str, list[float]]:
+        """Each server's teacher-forced scores of the previous weights: the last proof's
+        (the previous version, even when a failed sync left the server holding other
+        weights since), else the server's own answer now (a first sync, or a push of
+        the proven version itself again, e.g. to a restarted server)."""
+        before = {}
+        proven_before = self.fingerprint_version != candidate.version
+        for engine in self.engines:
+            if proven_before and engine.url in self.fingerprint:
+                before[engine.url] = self.fingerprint[engine.url]
+                continue
+            try:
+                before[engine.url] = await score_on_server(
+                    self.policy, self.probe, served, engine.url
+                )
+            except PolicyError as err:
+                self._step_failed(candidate, err, loading=False)
+                raise WeightSyncError(
+                    f"scoring the probe on {engine.url} before the load failed: {err}",
+                    status=err.status,
+                ) from None
+        return before
+
+    async def _step(
+        self, candidate: WeightsIdentity, step: Awaitable[T], *, loading: bool = True
+    ) -> T:
+        """A sync step talking to a server: its failure takes the proof away."""
+        try:
+            return await step
+        except (PolicyError, WeightSyncError) as err:
+            self._step_failed(candidate, err, loading=loading)
+            raise
+
+    def _step_failed(
+        self, candidate: WeightsIdentity, err: BaseException, *, loading: bool = True
+    ) -> None:
+        """A step failed: what the servers hold is unknown. Once a full reload began
+        nobody vouches for them (sampling refused); otherwise the identity they had
+        loses its proof until a re-probe shows it is still served."""
+        if loading and candidate.path == "full":
+            self.policy.weights = replace(candidate, failed=f"the sync failed: {err}")
+        else:
+            self.policy.custody.lose(f"a sync step failed: {err}")
+
+    async def _exact_identity(self, candidate: WeightsIdentity) -> str | None:
+        """The engine's own word, where it has one: an adapter is listed by its name."""
+        if candidate.path != "lora":
+            return None
+        for engine in self.engines:
+            listed = await self._step(candidate, engine.served_models())
+            if candidate.name not in listed:
+                self._refuse_unlisted(candidate, engine.url, listed)
+        return "adapter listed by /v1/models on every server"
+
+    def _refuse_unlisted(self, candidate: WeightsIdentity, url: str, listed: list[str]) -> None:
+        raise VerificationError(
+            f"weights version {candidate.version} ({candidate.label()}) did not verify: "
+            f"{url}/v1/models does not list adapter {candidate.name} (it lists {listed}); "
+            "the server keeps serving the previous adapter"
         )
+
+    async def reprobe(self) -> None:
+        """After a lost proof: score the probe again on every server and compare with
+        the fingerprint of the proof. The same answers restore the identity as it
+        was proven; others (a server restarted with its base checkpoint, an adapter
+        gone) mean the servers run other weights, and sampling is refused."""
+        lost = self.policy.weights
+        reason = self.policy.custody.lost or "the proof was lost"
+        proven = replace(
+            lost, proof=self._proof_of(lost), verified=self._proof_of(lost) == "verified"
+        )
+        async with self.policy.gate.swap(opens_with=lambda: self.policy.weights):
+            await self._resume_left_paused()
+            model = self.policy.served_model() or await self.policy.model_name()
+            for url, recorded in self.fingerprint.items():
+                try:
+                    now = await score_on_server(self.policy, self.probe, model, url)
+                except PolicyError as err:
+                    if err.status is None:
+                        raise  # still unreachable: stays lost, the next turn asks again
+                    now = None
+                    problem = f"the re-probe was refused: {err}"
+                else:
+                    problem = _differs(now, recorded, self.tolerance)
+                if problem:
+                    self.policy.weights = replace(
+                        lost,
+                        failed=f"{url} no longer serves weights version {lost.version} "
+                        f"({lost.label()}): {problem}; lost because {reason}",
+                    )
+                    return
+            self.policy.weights = proven
+            await self.policy.instances.record()
+
+    async def _resume_left_paused(self) -> None:
+        """A server a failed sync left paused holds every request: resume it first."""
+        if self.left_paused:
+            self.left_paused, failure = await _resume_all(self.left_paused)
+            if failure is not None:
+                raise failure
+
+    def _proof_of(self, identity: WeightsIdentity) -> Proof:
+        """The proof the identity had when it was made (kept by its sync's report)."""
+        for report in reversed(self.reports):
+            if report.identity.version == identity.version:
+                return report.identity.proof
+        return "indistinguishable"
+
+    def _refuse(self, candidate: WeightsIdentity, result: ProbeResult) -> None:
+        problem = result.describe() + (f" on {result.url}" if len(self.engines) > 1 else "")
         path: SyncPath = candidate.path
         if path == "full":
             self.policy.weights = replace(candidate, failed=problem)
@@ -238,16 +408,31 @@ class WeightSync:
                 await engine.unload_lora(name)
 
 
-async def _resume_all(engines: list[VLLMEngine]) -> None:
-    """Resume each engine; the first failure is raised once all were tried."""
+def _differs(now: list[float], recorded: list[float], tolerance: Tolerance) -> str | None:
+    """Why a server's scores now are not the ones it gave at the proof (None: same)."""
+    if len(now) != len(recorded):
+        return f"{len(now)} scored tokens, {len(recorded)} at the proof"
+    spread = rms(now, recorded)
+    worst = max(abs(a - b) for a, b in zip(now, recorded, strict=True))
+    if spread > tolerance.rms or worst > tolerance.max:
+        return (
+            f"its probe scores moved by rms {spread:.3g} (tolerance {tolerance.rms:.3g}), "
+            f"max {worst:.3g} (tolerance {tolerance.max:.3g})"
+        )
+    return None
+
+
+async def _resume_all(engines: list[VLLMEngine]) -> tuple[list[VLLMEngine], WeightSyncError | None]:
+    """Resume each engine: those that could not be, and the first failure."""
     failure: WeightSyncError | None = None
+    left: list[VLLMEngine] = []
     for engine in engines:
         try:
             await engine.resume()
         except WeightSyncError as err:
             failure = failure or err
-    if failure is not None:
-        raise failure
+            left.append(engine)
+    return left, failure
 
 
 __all__ = ["SyncReport", "VerificationError", "WeightSync", "WeightSyncError"]

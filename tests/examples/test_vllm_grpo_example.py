@@ -3,7 +3,9 @@
 Eight asynchronous GRPO steps on guess_number, the LoRA path: the example pushes
 its own starting weights to the server (a verified full reload), streams groups,
 trains, and pushes and verifies an adapter after every step. What it wrote must
-pass `agentenvs check`, and every turn must say which verified weights made it.
+pass `agentenvs check`, every turn must say which proven weights made it, and no
+group may have been trained on more than ``--max-staleness`` versions behind, judged
+from the records' own stamps.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from support.vllm_checks import assert_check_passes
 from support.vllm_server import restore_base_weights, vllm_server  # noqa: F401  (the session fixture)
 
 from agentenvs.rollout.collect.store import read_records
+from agentenvs.rollout.weights.drift import read_drift
 
 pytestmark = pytest.mark.services  # starts a real service
 
@@ -43,18 +46,60 @@ def run(vllm_server, tmp_path_factory):  # noqa: F811
 def test_reward_rises_and_every_sync_is_verified(run):
     summary, _ = run
     assert summary["steps"] == STEPS and summary["sync"] == "lora"
+    # Counted from each sync's proof: an update the probe cannot tell apart counts
+    # as indistinguishable, not verified.
     assert summary["verified_syncs"] == STEPS and summary["weights_version"] == STEPS
-    assert summary["reward_last"] > summary["reward_first"], summary["rewards"]
-    assert summary["max_staleness_seen"] <= MAX_STALENESS
+    first, last = summary["eval_first"], summary["eval_last"]
+    assert len(first) == len(last) > 1  # the same seeded episodes, paired
+    better = sum(b > a for a, b in zip(first, last, strict=True))
+    worse = sum(b < a for a, b in zip(first, last, strict=True))
+    assert summary["reward_last"] > summary["reward_first"], (first, last)
+    assert better > worse, (better, worse, first, last)  # not one lucky episode
 
 
-def test_every_turn_records_verified_weights_and_check_passes(run):
+def test_no_group_was_trained_on_more_than_max_staleness_versions_behind(run):
+    """Judged from the stored turns' own stamps, not from the stream's counter."""
+    summary, _ = run
+    records = {r.key: r for r in read_records(summary["store"])}
+    consumed = summary["consumed"]
+    assert len(consumed) == STEPS * 2  # --groups 2 per step
+    worst = 0
+    for entry in consumed:
+        assert entry["trained_on"] == entry["step"]  # version s is trained at step s
+        oldest = records[entry["key"]].sampled_by().version
+        assert isinstance(oldest, int) and oldest <= entry["trained_on"], entry
+        worst = max(worst, entry["trained_on"] - oldest)
+    assert worst <= MAX_STALENESS
+    assert summary["max_staleness_seen"] >= worst
+
+
+def test_every_step_compared_its_batch_with_the_trainer_and_none_alarmed(run):
+    """The drift alarm on a clean run: one report per step, each comparing the batch's
+    tokens with the trainer's pass under the weights of the version that sampled them
+    (the current ones, or the kept previous version's: the loop trains one behind)."""
+    summary, _ = run
+    reports = read_drift(summary["drift"])
+    assert [r.step for r in reports] == list(range(STEPS))
+    for report in reports:
+        assert report.alarm is None, report
+        compared = [v for v in report.versions if v.on_policy]
+        assert compared and all(v.tokens > 0 for v in compared), report
+        for version in compared:
+            assert 0 <= report.trainer_version - version.version <= MAX_STALENESS
+            assert version.max_abs <= report.tolerance.max and version.keys
+
+
+def test_every_turn_records_proven_weights_and_check_passes(run):
     summary, out = run
     records = read_records(summary["store"])
     assert records and all(r.status == "ok" for r in records)
     for record in records:
+        sampled = record.sampled_by()
         weights = record.provenance["policy"]["weights"]
-        assert weights["verified"], record.key
+        assert weights["version"] == sampled.version, record.key  # the claimed version's
+        # Version 0 re-pushes the weights the server already had: nothing to tell apart.
+        proofs = {"verified", "indistinguishable"} if sampled.version == 0 else {"verified"}
+        assert weights["proof"] in proofs, record.key
         for traj in record.group.trajectories:
             for tr in traj.transitions:
                 version = tr.logs["policy/weights_version"]
@@ -62,4 +107,9 @@ def test_every_turn_records_verified_weights_and_check_passes(run):
                 # version 0 is the pushed base; later ones are the step adapters
                 expected = r"full:" if version == 0 else rf"lora:agentenvs-\w+-v{version}@"
                 assert re.match(expected, label), label
-    assert_check_passes(Path(summary["store"]), out / "model", STEPS, STEPS)
+                assert tr.logs["policy/weights_proof"] in (
+                    {"verified", "indistinguishable"} if version == 0 else {"verified"}
+                )
+    assert_check_passes(
+        Path(summary["store"]), out / "model", STEPS, STEPS, "--drift", summary["drift"]
+    )

@@ -1,17 +1,17 @@
 """Synchronous entry points of the sandbox package: factory, capability report, CLI.
 
-The report and the CLI start a real local worker (skipped without bubblewrap).
+The report and the CLI start a real local worker (skipped only where the machine
+cannot run one: ``support.machine_skips.LOCAL_SANDBOX``).
 """
 
 from __future__ import annotations
 
 import ast
-import os
-import shutil
 import sys
 
 import pytest
 from pydantic import ValidationError
+from support import machine_skips
 from typer.testing import CliRunner
 
 from agentenvs.sandbox import SandboxConfig, capability_report, create
@@ -19,10 +19,7 @@ from agentenvs.sandbox.backends.local.backend import LocalSandbox
 from agentenvs.sandbox.factory import BACKENDS, merged_config
 from agentenvs.sandbox.pool.protocol import supervisor_source
 
-needs_sandbox = pytest.mark.skipif(
-    shutil.which("bwrap") is None or not os.access("/usr/bin/python3", os.X_OK),
-    reason="needs bubblewrap (apt-get install bubblewrap) and Debian's /usr/bin/python3",
-)
+needs_sandbox = machine_skips.needs(*machine_skips.LOCAL_SANDBOX)
 
 
 @needs_sandbox

@@ -2,7 +2,7 @@
 
 Chromium comes from Debian's packages (``apt-get install chromium``, in the
 Makefile's DEB_PACKAGES); the protocol is spoken over ``websockets`` (no browser
-download, no driver binary). Used by tests/test_viewer_browser.py and
+download, no driver binary). Used by tests/rollout/inspect/test_viewer_browser.py and
 benchmarks/bench_viewer.py.
 """
 

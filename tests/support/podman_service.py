@@ -1,29 +1,33 @@
 """A private podman service (Docker-compatible API) for the docker backend's tests.
 
 One service per test process, over a temporary state directory, with the sandbox image
-built into it once (the build is timed: :data:`STATE`). The service runs detached under a
-watchdog (see ``agentenvs.sandbox.backends.docker.podman``), so process-leak checks of other tests
-do not see it, and it stops when the test process ends, however it ends.
+built into it once. The service runs detached under a watchdog (see
+``agentenvs.sandbox.backends.docker.podman``), so process-leak checks of other tests do
+not see it, and it stops when the test process ends, however it ends.
 
-Tests call :func:`require_podman` (from a fixture: it skips, with the reason, where podman
-cannot run); code without fixtures (the escape suite's backend list) uses
-:func:`podman_unavailable` and :func:`shared_service`.
+Tests call :func:`require_podman` (from a fixture); code without fixtures (the escape
+suite's backend list) uses :func:`shared_service`. The only skip is the machine's:
+podman, runc or Debian's Python missing (``support.machine_skips``, probed on the
+machine itself). Everything after that is ours and fails the calling tests when it goes
+wrong, with the first error: the service not coming up, the image builder failing, the
+first container not running.
 """
 
 from __future__ import annotations
 
 import atexit
 import threading
+import traceback
 from dataclasses import dataclass
 
-import pytest
-
 from agentenvs.sandbox.backends.docker.image import ImageInfo, ensure_image
-from agentenvs.sandbox.backends.docker.podman import (
-    PodmanService,
-    PodmanUnavailable,
-    unavailable_reason,
-)
+from agentenvs.sandbox.backends.docker.podman import PodmanService
+from support import machine_skips
+
+
+class PodmanSetupError(RuntimeError):
+    """The shared service, the sandbox image or its first container failed: our bug or
+    the engine's, never a reason to skip."""
 
 
 @dataclass
@@ -39,15 +43,7 @@ _lock = threading.Lock()
 
 
 def _start() -> None:
-    reason = unavailable_reason()
-    if reason:
-        STATE.error = reason
-        return
-    try:
-        service = PodmanService.start_new()
-    except PodmanUnavailable as exc:
-        STATE.error = f"podman cannot run here: {exc}"
-        return
+    service = PodmanService.start_new()
     atexit.register(service.stop)
     try:
         import docker
@@ -61,32 +57,33 @@ def _start() -> None:
             )
         finally:
             client.close()
-    except Exception as exc:  # ImageBuildError, or the engine refusing to run it
+    except BaseException:
         service.stop()
-        STATE.error = f"podman cannot run the sandbox image here: {exc}"
-        return
+        raise
     STATE.service = service
 
 
-def podman_unavailable() -> str | None:
-    """None when the shared service is up (starting it on first call), else why not."""
+def shared_service() -> PodmanService:
+    """The running shared service (started on the first call); raises
+    :class:`PodmanSetupError` with the first failure's traceback on this and every later
+    call when it could not be set up. Check the machine first (:func:`require_podman`)."""
     with _lock:
         if not STATE.checked:
             STATE.checked = True
-            _start()
-    return STATE.error
-
-
-def shared_service() -> PodmanService:
-    reason = podman_unavailable()
-    if reason or STATE.service is None:
-        raise PodmanUnavailable(reason or "podman service not started")
+            try:
+                _start()
+            except Exception:
+                STATE.error = traceback.format_exc()
+    if STATE.error is not None or STATE.service is None:
+        raise PodmanSetupError(
+            "the shared podman service or the sandbox image failed (not a machine "
+            f"condition: a failure to fix):\n{STATE.error or 'not started'}"
+        )
     return STATE.service
 
 
 def require_podman() -> PodmanService:
-    """The running shared service, or skip the calling test with the reason."""
-    reason = podman_unavailable()
-    if reason:
-        pytest.skip(reason)
+    """The running shared service; a tagged skip only where the machine cannot run the
+    docker backend at all (:data:`machine_skips.DOCKER_SANDBOX`)."""
+    machine_skips.require(*machine_skips.DOCKER_SANDBOX)
     return shared_service()

@@ -26,8 +26,8 @@ import pytest
 # Keep every Ray address on loopback: on Linux Ray swaps 127.0.0.1 for the machine's
 # outward address unless told this is a single-machine setup (read at import).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
+import ray
+from ray.cluster_utils import Cluster
 
 LOOPBACK = "127.0.0.1"
 

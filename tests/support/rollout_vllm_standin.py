@@ -1,15 +1,27 @@
 """A stand-in for a vLLM / SGLang server, for the OpenAI-compatible policy tests.
 
-vLLM and SGLang cannot run on this CPU-only machine, so this FastAPI app serves the
-subset of their wire formats the policy uses, backed by a real (tiny) transformers
-model through :class:`HFSampler`:
+An emulation, not either engine: this FastAPI app serves the subset of their wire
+formats the policy uses, answered by a tiny transformers model through
+:class:`HFSampler`. The real vLLM (CPU build, ``.venv-vllm``) runs in the suite too
+(``tests/support/vllm_server.py``); this app is what tests need that a real engine
+cannot give on demand (slow, failing, rejecting servers, request counts, several
+servers on a 2-core machine). SGLang does not run here (its PyPI install brings
+CUDA kernels; its CPU backend is built from source and targets Intel Xeon CPUs with
+AMX, which this AMD EPYC VM lacks), so for
+``api="sglang"`` this emulation is the only server the policy is tested against;
+its ``/generate`` follows the field names of SGLang's native API (``GenerateReqInput``,
+``SamplingParams`` and the tokenizer manager's output dict), not a recorded
+exchange with a running SGLang:
 
 * ``GET /v1/models`` and ``POST /v1/completions`` (vLLM: ``prompt`` as token ids,
   ``logprobs``, ``return_tokens_as_token_ids`` giving ``"token_id:<id>"`` tokens,
   ``finish_reason`` with ``stop_reason`` null on EOS);
 * ``POST /generate`` (SGLang native: ``input_ids``, ``sampling_params``,
   ``output_ids`` and ``meta_info.output_token_logprobs`` as
-  ``(logprob, token_id, text)`` triples, ``meta_info.finish_reason``).
+  ``(logprob, token_id, text)`` triples, ``meta_info.finish_reason``). Simplified:
+  a stop always reports the last token id as ``matched`` (SGLang reports the
+  matched stop string for a string stop); the text slot of each triple is
+  ``None``, as SGLang sends it without ``return_text_in_logprobs``.
 
 It can also be made slow or failing to test timeouts and retries, and counts
 requests and the peak number in flight.

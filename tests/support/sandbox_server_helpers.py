@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 
+from support import machine_skips
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -71,17 +73,17 @@ class ServerProcess:
         self.log.unlink(missing_ok=True)
 
 
-def started_or_skip(*args: str, env: dict[str, str] | None = None) -> ServerProcess:
-    """A ready server, or a pytest skip naming why its sandbox cannot run here."""
-    import pytest
+def started(*args: str, env: dict[str, str] | None = None) -> ServerProcess:
+    """A ready server; a server that exits or does not answer raises (with its log).
 
+    Check the machine first (:func:`on_backend` does): after that, a server that cannot
+    start is a failure, whatever its log says, never a skip.
+    """
     proc = ServerProcess(*args, env=env)
     try:
         proc.wait_ready()
-    except RuntimeError as exc:
+    except BaseException:
         proc.stop()
-        if "unavailable" in str(exc) or "cannot start" in str(exc):
-            pytest.skip(f"the sandbox cannot run here: {exc}")
         raise
     return proc
 
@@ -89,8 +91,9 @@ def started_or_skip(*args: str, env: dict[str, str] | None = None) -> ServerProc
 def on_backend(backend: str, args: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
     """``serve`` arguments (their ``--backend`` replaced) and environment for ``backend``.
 
-    ``docker`` runs against this test process's private podman service (tests/podman_service.py),
-    skipping, with the reason, where podman cannot run.
+    ``docker`` runs against this test process's private podman service
+    (tests/support/podman_service.py). The calling test is skipped (tagged,
+    ``support.machine_skips``) only where the machine cannot run the backend at all.
     """
     rest = list(args)
     if "--backend" in rest:
@@ -101,6 +104,8 @@ def on_backend(backend: str, args: tuple[str, ...]) -> tuple[tuple[str, ...], di
         from support.podman_service import require_podman
 
         env["DOCKER_HOST"] = require_podman().docker_host
+    elif backend == "local":
+        machine_skips.require(*machine_skips.LOCAL_SANDBOX)
     return ("--backend", backend, *rest), env
 
 
@@ -133,7 +138,7 @@ def module_server(*args: str, backends: tuple[str, ...] = ("local",)):
     @pytest.fixture(scope="module", params=params)
     def server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
         argv, env = on_backend(request.param, args)
-        proc = started_or_skip(*argv, env=env)
+        proc = started(*argv, env=env)
         try:
             yield proc
         finally:

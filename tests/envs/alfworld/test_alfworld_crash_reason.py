@@ -15,9 +15,6 @@ import threading
 
 import pytest
 
-pytest.importorskip("alfworld")
-pytest.importorskip("textworld")
-
 from agentenvs.envs.alfworld.pool import EnginePool, WorkerCrashed
 
 

@@ -9,9 +9,6 @@ import asyncio
 
 import pytest
 
-pytest.importorskip("alfworld")
-pytest.importorskip("textworld")
-
 from agentenvs.envs import make
 from agentenvs.envs.alfworld.config import ALFWorldConfig
 from agentenvs.envs.alfworld.env import NOTHING_HAPPENS

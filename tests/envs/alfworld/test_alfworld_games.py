@@ -6,12 +6,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("alfworld")
-pytest.importorskip("textworld")
-
 import alfworld.info
+import pytest
 
 from agentenvs.envs.alfworld import build_games
 from agentenvs.envs.alfworld.games import SHIPPED_DATA, data_root, find_games

@@ -8,9 +8,6 @@ import signal
 
 import pytest
 
-pytest.importorskip("alfworld")
-pytest.importorskip("textworld")
-
 from agentenvs.envs import make
 from agentenvs.envs.alfworld.pool import (
     EngineError,

@@ -6,9 +6,6 @@ import os
 
 import pytest
 
-pytest.importorskip("alfworld")
-pytest.importorskip("textworld")
-
 from agentenvs.envs.alfworld.config import ALFWorldConfig
 from agentenvs.envs.registry import make
 

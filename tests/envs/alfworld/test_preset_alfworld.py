@@ -15,9 +15,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("alfworld")
-pytest.importorskip("textworld")
-
 from agentenvs.envs import make
 from agentenvs.envs.alfworld.env import NOTHING_HAPPENS, anchor_key
 from agentenvs.envs.alfworld.games import SHIPPED_DATA, data_root

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import pytest_asyncio
+from support import machine_skips
 from support.retool_actions import act
 from support.sandbox_server_helpers import module_server
 
@@ -15,10 +14,7 @@ from agentenvs.envs.retool.sandboxes import close_shared_sandboxes
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.skipif(
-        shutil.which("bwrap") is None,
-        reason="bubblewrap (bwrap) is not installed, so the local sandbox cannot run",
-    ),
+    machine_skips.needs(*machine_skips.LOCAL_SANDBOX),
 ]
 
 

@@ -8,10 +8,9 @@ and that ``session_fork='replay'`` still rebuilds the copy on a worker of its ow
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import pytest_asyncio
+from support import machine_skips
 from support.retool_actions import act as take_action
 
 from agentenvs.envs.registry import make
@@ -21,10 +20,7 @@ from agentenvs.envs.retool.sandboxes import close_shared_sandboxes
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.skipif(
-        shutil.which("bwrap") is None,
-        reason="bubblewrap (bwrap) is not installed, so the local sandbox cannot run",
-    ),
+    machine_skips.needs(*machine_skips.LOCAL_SANDBOX),
 ]
 
 

@@ -8,10 +8,10 @@ Code runs in the real local sandbox.
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import pytest_asyncio
+from support import machine_skips
 from support.retool_cli_helpers import AGENTENVS
 
 from agentenvs.envs.registry import make
@@ -19,7 +19,7 @@ from agentenvs.envs.retool.protocol import code_action
 from agentenvs.envs.retool.reward import dapo_last_boxed, strict_box_correct
 from agentenvs.envs.retool.sandboxes import close_shared_sandboxes
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+pytestmark = machine_skips.needs(*machine_skips.LOCAL_SANDBOX)
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
 
 

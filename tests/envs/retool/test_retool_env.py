@@ -10,12 +10,11 @@ sandbox pool, closed when the module ends.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import shutil
 from dataclasses import dataclass
 
 import pytest
 import pytest_asyncio
+from support import machine_skips
 
 from agentenvs.envs.registry import make
 from agentenvs.envs.rendered_env import RenderedEnv
@@ -28,10 +27,7 @@ from agentenvs.sandbox.base import SandboxUnavailable
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.skipif(
-        shutil.which("bwrap") is None,
-        reason="bubblewrap (bwrap) is not installed, so the local sandbox cannot run",
-    ),
+    machine_skips.needs(*machine_skips.LOCAL_SANDBOX),
 ]
 
 
@@ -363,10 +359,6 @@ async def test_sandbox_backend_is_chosen_by_config():
     assert make("retool", sandbox={"backend": "docker"}).sandbox.backend == "docker"
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("agentenvs.sandbox.backends.sandboxfusion") is None,
-    reason="the sandboxfusion backend is not available in this checkout",
-)
 async def test_a_dead_sandbox_server_raises_instead_of_scoring(tokenizer):
     # A SandboxFusion URL where nothing listens: the run must fail loudly (the
     # collector retries the group), never become a -1 the model did not earn.

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
-
-import pytest
+from support import machine_skips
 
 from agentenvs.envs.registry import make
 from agentenvs.envs.retool.protocol import code_action, interpreter_block
 from agentenvs.envs.retool.sandboxes import close_shared_sandboxes
 
 
-@pytest.mark.skipif(
-    shutil.which("bwrap") is None,
-    reason="bubblewrap (bwrap) is not installed, so the local sandbox cannot run",
-)
+@machine_skips.needs(*machine_skips.LOCAL_SANDBOX)
 def test_gymnasium_text_loop():
     import gymnasium
 

@@ -1,13 +1,13 @@
-"""ReTool on the sandboxfusion backend, against a real SandboxFusion-compatible server.
+"""ReTool on the sandboxfusion backend, against our SandboxFusion-compatible server.
 
 The server is ``agentenvs sandbox serve`` (the local backend behind SandboxFusion's
-``POST /run_code`` contract) on 127.0.0.1; the rollout is the real CLI with
+``POST /run_code`` contract) running as its own process on 127.0.0.1, not
+SandboxFusion itself; the rollout is the real CLI with
 ``--set sandbox.backend=sandboxfusion --set sandbox.url=...``.
 """
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import time
@@ -16,12 +16,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support import machine_skips
 from support.retool_cli_helpers import AGENTENVS, run_retool_rollout
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("bwrap") is None,
-    reason="bubblewrap (bwrap) is not installed, so the served local sandbox cannot run",
-)
+pytestmark = machine_skips.needs(*machine_skips.LOCAL_SANDBOX)  # the served local sandbox
 
 
 def _free_port() -> int:

@@ -8,10 +8,9 @@ worker; 1,000 of those are counted in ``test_sandbox_session_fork.py``).
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 
-import pytest
+from support import machine_skips
 from support.tree_helpers import SeededGuesser
 
 from agentenvs.envs.registry import make
@@ -45,10 +44,6 @@ async def test_guess_number_forks_in_a_thousand_leaf_trees_are_all_closed(tokeni
     assert open_fds() == before
 
 
-@pytest.mark.skipif(
-    not (shutil.which("bwrap") and __import__("importlib").util.find_spec("alfworld")),
-    reason="needs ALFWorld",
-)
 async def test_a_thousand_alfworld_forks_leave_no_engine_process_or_descriptor(tokenizer):
     config = make("alfworld", data="shipped", workers=1, engines_per_worker=2)
     try:
@@ -74,7 +69,7 @@ async def test_a_thousand_alfworld_forks_leave_no_engine_process_or_descriptor(t
         config.shutdown()
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+@machine_skips.needs(*machine_skips.LOCAL_SANDBOX)
 async def test_stateful_retool_forks_leave_no_sandbox_worker(tokenizer):
     from agentenvs.envs.retool.protocol import code_action
     from agentenvs.envs.retool.sandboxes import close_shared_sandboxes, shared_sandbox
@@ -95,7 +90,7 @@ async def test_stateful_retool_forks_leave_no_sandbox_worker(tokenizer):
             pids |= worker.host_pids()
             await branch.close()
         # Every fork was a fork of the state holder on the episode's own worker
-        # (tests/test_sandbox_session_fork.py counts the processes inside it).
+        # (tests/sandbox/supervisor/test_sandbox_session_fork.py counts the processes inside it).
         assert {id(w) for w in workers} == {id(env.task._session._worker)}
         assert env.task._session._share.sessions == 1
         assert sandbox.host_pids() >= pids

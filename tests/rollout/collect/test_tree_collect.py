@@ -54,7 +54,7 @@ def test_check_passes_on_trees_and_catches_a_broken_prefix_or_parent(tmp_path):
     assert [f.status for f in trees] == ["pass", "pass"]
 
     # Leaves stored whole (format 1, as older stores hold them), so a prefix can differ;
-    # tests/test_tree_store.py covers leaves stored by reference.
+    # tests/rollout/collect/test_tree_store.py covers leaves stored by reference.
     records = [GroupRecord.from_json(json.loads(line)) for line in out.read_text().splitlines()]
     lines = [record.to_json(share_prefixes=False) for record in records]
     broken = json.loads(json.dumps(lines))

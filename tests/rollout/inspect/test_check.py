@@ -152,6 +152,20 @@ def test_retokenized_action_is_caught(tokenizer, clean_store, tmp_path):
     assert "traj 1" in failed[0].where and "turn 0" in failed[0].where
 
 
+@pytest.mark.parametrize("value", [0.7, float("nan"), float("-inf")])
+def test_a_logprob_that_is_no_log_probability_is_caught(value, tokenizer, clean_store, tmp_path):
+    """Lengths intact, one value corrupt: a NaN poisons the loss, +0.7 is no probability."""
+
+    def edit(lines):
+        lines[1]["trajectories"][2]["transitions"][0]["logprobs"][1] = value
+
+    report = check_file(_rewrite(clean_store, tmp_path / "bad.jsonl", edit), tokenizer=tokenizer)
+    failed = [f for f in report.by_check(Check.FIXED_TRAJECTORY) if f.status == "fail"]
+    assert failed and "logprob" in failed[0].detail, report.findings
+    assert failed[0].where == f"group {lines_key(clean_store, 1)} traj 2 turn 0 token 1"
+    assert not report.ok
+
+
 def test_shifted_logprobs_in_a_handoff_are_caught(tokenizer, clean_store, tmp_path):
     clean = _samples_file(clean_store, tmp_path / "samples.jsonl")
     assert check_file(clean).ok

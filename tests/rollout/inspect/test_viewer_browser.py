@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from support.browser_cdp import chromium_binary, open_browser
+from support import machine_skips
+from support.browser_cdp import open_browser
 from typer.testing import CliRunner
 
 from agentenvs.rollout.cli import app
@@ -15,9 +16,7 @@ from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.store import TrajectoryStore
 
 pytestmark = [
-    pytest.mark.skipif(
-        chromium_binary() is None, reason="chromium is not installed (make system-packages)"
-    ),
+    machine_skips.needs("chromium"),
     pytest.mark.services,
 ]
 

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from support.browser_cdp import chromium_binary, open_browser
+from support import machine_skips
+from support.browser_cdp import open_browser
 from support.tree_helpers import SeededGuesser
 from typer.testing import CliRunner
 
@@ -19,9 +20,7 @@ from agentenvs.rollout.collect.store import TrajectoryStore, read_store
 from agentenvs.rollout.collect.tree import BranchSchedule, as_trees
 
 pytestmark = [
-    pytest.mark.skipif(
-        chromium_binary() is None, reason="chromium is not installed (make system-packages)"
-    ),
+    machine_skips.needs("chromium"),
     pytest.mark.services,
 ]
 

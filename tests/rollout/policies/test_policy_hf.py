@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
-pytest.importorskip("torch")
-
 from support.rollout_tiny_model import save_tiny_model, teacher_forced_logprobs
 
 from agentenvs.envs.guess_number import GuessNumberConfig, GuessNumberEnv

@@ -1,7 +1,13 @@
 """The OpenAI-compatible server policy against a local stand-in for vLLM and SGLang.
 
-vLLM/SGLang cannot run here (no GPU, no model downloads); tests/rollout_vllm_standin.py
-serves their wire formats on 127.0.0.1 from a tiny real transformers model.
+tests/support/rollout_vllm_standin.py serves the subset of both wire formats the
+policy uses on 127.0.0.1, answered by a tiny transformers model; it can be made
+slow, failing or rejecting, which a real engine cannot be on demand. For vLLM this
+is the fast half: tests/rollout/policies/test_vllm_policy.py runs the same policy
+against a real vLLM server (CPU build, .venv-vllm). For SGLang (``api="sglang"``,
+its native ``/generate``) this emulation is the only test: no SGLang server runs
+here (its PyPI install brings CUDA kernels; its CPU backend is built from source
+and targets Intel Xeon CPUs with AMX, which this AMD EPYC VM lacks).
 """
 
 from __future__ import annotations
@@ -11,11 +17,6 @@ import subprocess
 import sys
 
 import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
-
 from support.rollout_tiny_model import save_tiny_model, teacher_forced_logprobs
 from support.rollout_vllm_standin import Behaviour, free_port, make_app, serve
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from support.tcp_proxy import TcpProxy
 from support.vllm_server import (  # noqa: F401  (the session fixture)
     LORA_RANK,
     SERVED_NAME,
@@ -134,14 +135,27 @@ async def test_a_server_that_cannot_be_paused_leaves_none_of_the_others_paused(
     from agentenvs.rollout.policies.vllm_server import free_port
     from agentenvs.rollout.weights.engine import WeightSyncError
 
-    gone = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    # The second server answers the probe before the load, then is gone at its pause
+    # (a loopback proxy to the same server, cut as it is paused).
+    host, port = vllm_server.url.removeprefix("http://").split(":")
+    proxy = TcpProxy(host, int(port))
     policy = OpenAICompatPolicy(
-        [vllm_server.url, gone], tokenizer=tokenizer, weights_version=0, retries=0
+        [vllm_server.url, proxy.url], tokenizer=tokenizer, weights_version=0, retries=0
     )
     sync = WeightSync(policy, probe=Probe.default(len(tokenizer)))
+    pause = sync.engines[1].pause
+
+    async def gone_at_its_pause() -> bool:
+        proxy.cut()
+        return await pause()
+
+    sync.engines[1].pause = gone_at_its_pause
     trained = _perturbed(vllm_server.model_dir, tmp_path / "v1", seed=1)
-    with pytest.raises(WeightSyncError, match="/pause"):
-        await sync.push_full(tmp_path / "v1", torch_reference(trained))
+    try:
+        with pytest.raises(WeightSyncError, match="/pause"):
+            await sync.push_full(tmp_path / "v1", torch_reference(trained))
+    finally:
+        proxy.close()
     # The live server was paused first; it must answer again (not hold the request).
     body = {"model": SERVED_NAME, "prompt": [5, 6, 7], "max_tokens": 2}
     answer = await asyncio.wait_for(
@@ -149,4 +163,17 @@ async def test_a_server_that_cannot_be_paused_leaves_none_of_the_others_paused(
     )
     assert answer["choices"]
     assert policy.weights.version == 0 and not policy.weights.failed  # nothing was loaded
+
+    # A server that never answers fails the sync before anything is paused.
+    gone = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    dead = OpenAICompatPolicy([vllm_server.url, gone], tokenizer=tokenizer, retries=0)
+    with pytest.raises(WeightSyncError, match=f"scoring the probe on {gone} before the load"):
+        await WeightSync(dead, probe=Probe.default(len(tokenizer))).push_full(
+            tmp_path / "v1", torch_reference(trained)
+        )
+    answer = await asyncio.wait_for(
+        dead.request("POST", "/v1/completions", body, server=vllm_server.url), 60
+    )
+    assert answer["choices"] and not dead.weights.failed
     await policy.aclose()
+    await dead.aclose()

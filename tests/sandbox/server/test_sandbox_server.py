@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 import pytest_asyncio
+from support import machine_skips
 from support.sandbox_server_helpers import ServerProcess, module_server, post_run_code
 
 from agentenvs.sandbox import ExecStatus, SandboxConfig, SandboxUnavailable, create
@@ -228,6 +229,9 @@ async def test_capabilities_come_from_the_server(
     assert caps.backend == "sandboxfusion"
     assert caps.active["network_isolated"]
     assert "reported by the server (local backend)" in caps.notes["network_isolated"]
+    # the README's layers, each wherever this machine offers it (probed on the machine)
+    for layer in sorted(machine_skips.offered_layers()):
+        assert caps.active.get(layer), (layer, caps.notes.get(layer))
     strict = SandboxFusionSandbox(
         SandboxConfig(backend="sandboxfusion", url=server.url, min_isolation=["teleportation"])
     )
@@ -240,12 +244,10 @@ async def test_capabilities_come_from_the_server(
 
 
 async def test_killed_server_gives_a_clear_error_not_a_hang() -> None:
+    machine_skips.require(*machine_skips.LOCAL_SANDBOX)
     proc = ServerProcess(*SERVE_ARGS)
     try:
-        try:
-            proc.wait_ready()
-        except RuntimeError as exc:
-            pytest.skip(f"the local sandbox cannot run here: {exc}")
+        proc.wait_ready()  # a server that does not come up fails the test
         config = SandboxConfig(backend="sandboxfusion", url=proc.url, timeout=30, retries=2)
         async with SandboxFusionSandbox(config, backoff_base=0.05) as sandbox:
             assert (await sandbox.run("print('up')")).stdout == "up\n"

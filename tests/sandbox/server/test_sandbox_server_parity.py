@@ -1,4 +1,7 @@
-"""SandboxFusion wire parity where clients rely on it (issue #11), against the real server.
+"""SandboxFusion wire parity where clients rely on it (issue #11), against our server.
+
+The server is ``agentenvs sandbox serve`` as a process, not SandboxFusion (which
+does not run here: it needs its own container image).
 
 What SandboxFusion answers is taken from its source (bytedance/SandboxFusion,
 ``sandbox/server/sandbox_api.py`` and ``sandbox/runners/base.py``): a timed-out run is
@@ -8,8 +11,9 @@ itself failed; an unknown ``language`` fails pydantic validation (HTTP 422); and
 docs/sandbox_server.md.
 
 verl's reward function (``verl/utils/reward_score/sandbox_fusion/utils.py``,
-``check_correctness``) cannot be installed here (it pulls Ray, vLLM...), so
-:func:`verl_verdict` states the rule it applies to each response, from that source.
+``check_correctness``) is not called: :func:`verl_verdict` restates the rule it
+applies to each response, from that source (verl 0.9.1 is installed by ``make verl``
+now, so the function itself could be called against this server).
 """
 
 from __future__ import annotations

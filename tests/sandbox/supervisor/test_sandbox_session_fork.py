@@ -13,20 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 
 import pytest
 import pytest_asyncio
+from support import machine_skips
 
 from agentenvs.sandbox import ExecStatus, SandboxConfig
 from agentenvs.sandbox.backends.local.backend import LocalSandbox
 from agentenvs.sandbox.base import SessionForkError
 from agentenvs.sandbox.pool.supervised import SESSION_FORK_LIMIT
 
-needs_sandbox = pytest.mark.skipif(
-    shutil.which("bwrap") is None or not os.access("/usr/bin/python3", os.X_OK),
-    reason="needs bubblewrap (apt-get install bubblewrap) and Debian's /usr/bin/python3",
-)
+# The in-worker fork needs Landlock (the forked family loses write access through it).
+needs_sandbox = machine_skips.needs(*machine_skips.LOCAL_SANDBOX, "landlock")
 pytestmark = [needs_sandbox, pytest.mark.asyncio(loop_scope="module")]
 
 CONFIG = SandboxConfig(timeout=5.0, pool_size=1, memory_limit_mb=512, max_output_bytes=4096)
@@ -46,9 +44,10 @@ the supervisor, the session's holder and this cell, once nothing else is left.""
 async def sandbox():
     sb = LocalSandbox(CONFIG)
     await sb.start()
-    if not sb.capabilities().active.get("landlock"):
+    caps = sb.capabilities()
+    if not caps.active.get("landlock"):  # the kernel has it (the marker asked): our failure
         await sb.close()
-        pytest.skip("the in-worker fork needs Landlock, which this kernel does not offer")
+        pytest.fail(f"the kernel offers Landlock but the sandbox has none: {caps.notes}")
     yield sb
     await sb.close()
 

@@ -1,7 +1,8 @@
 """The sandbox backends the escape suite runs against.
 
-Each entry says how to build a configured sandbox, whether it can run on this machine
-(with the reason when it cannot: the test is skipped, not failed), and how to list host
+Each entry says how to build a configured sandbox, what it needs of the machine (the
+conditions of ``support.machine_skips``: where the machine lacks one, the test is skipped
+with that tagged reason; any failure after that is a failure), and how to list host
 processes the backend is responsible for, so the suite can tell "the pool's own workers"
 from "something the program left running". Another backend is added by appending a
 :class:`BackendSpec` to :data:`sandbox_backends`.
@@ -11,20 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentenvs.sandbox import Sandbox, SandboxConfig
+from support import machine_skips
 
 
 @dataclass(frozen=True)
 class BackendSpec:
     name: str
     make: Callable[[SandboxConfig], Sandbox]
-    unavailable: Callable[[], str | None]
-    """None when the backend can run here, else the reason to skip."""
+    needs: tuple[str, ...]
+    """The machine conditions (``support.machine_skips``) the backend cannot run without."""
     stray_host_processes: Callable[[Sandbox], set[int]] = field(default=lambda sandbox: set())
     """Host pids that belong to the sandbox's programs rather than to its own workers."""
     expect_overrides: dict[str, set[str]] = field(default_factory=dict)
@@ -47,14 +48,6 @@ def host_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
-def _local_unavailable() -> str | None:
-    if shutil.which("bwrap") is None:
-        return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
-    if not os.access("/usr/bin/python3", os.X_OK):
-        return "Debian's /usr/bin/python3 is missing"
-    return None
-
-
 def _make_local(config: SandboxConfig) -> Sandbox:
     from agentenvs.sandbox.backends.local.backend import LocalSandbox
 
@@ -73,19 +66,14 @@ sandbox_backends: list[BackendSpec] = [
     BackendSpec(
         name="local",
         make=_make_local,
-        unavailable=_local_unavailable,
+        needs=machine_skips.LOCAL_SANDBOX,
         stray_host_processes=_local_strays,
     ),
 ]
 
 
-# --- docker backend, run for real through a private podman service (tests/podman_service.py)
-def _docker_unavailable() -> str | None:
-    from support.podman_service import podman_unavailable
-
-    return podman_unavailable()
-
-
+# --- docker backend, run for real through a private podman service
+# (tests/support/podman_service.py)
 def _make_docker(config: SandboxConfig) -> Sandbox:
     from agentenvs.sandbox.backends.docker.backend import DockerSandbox
     from support.podman_service import shared_service
@@ -108,7 +96,7 @@ sandbox_backends.append(
     BackendSpec(
         name="docker",
         make=_make_docker,
-        unavailable=_docker_unavailable,
+        needs=machine_skips.DOCKER_SANDBOX,
         stray_host_processes=_docker_strays,
     )
 )
@@ -116,12 +104,9 @@ sandbox_backends.append(
 
 @contextlib.asynccontextmanager
 async def started(spec: BackendSpec, config: SandboxConfig) -> AsyncIterator[Sandbox]:
-    """A started sandbox of ``spec`` (a pytest skip, with the reason, where it cannot run)."""
-    import pytest
-
-    reason = spec.unavailable()
-    if reason:
-        pytest.skip(f"{spec.name} backend unavailable: {reason}")
+    """A started sandbox of ``spec``; a tagged skip where the machine lacks what it needs,
+    an error when anything else stops it from starting."""
+    machine_skips.require(*spec.needs)
     box = spec.make(config)
     await box.start()
     try:
@@ -134,7 +119,7 @@ def sandbox_fixture(config: SandboxConfig):
     """A module-scoped ``sandbox`` fixture: one started sandbox per backend of this list.
 
     ``sandbox = sandbox_fixture(CONFIG)`` in a test module runs each of its tests on
-    every backend that can run here (the others are skipped, with the reason).
+    every backend the machine can run (the others are skipped, with the machine's reason).
     """
     import pytest
     import pytest_asyncio

@@ -1,11 +1,12 @@
 """Several servers of one model behind the OpenAI-compatible policy, inside Ray actors.
 
-A second vLLM on this 2-core machine would starve everything else, so the two
-servers are two ports of the suite's small real server (tests/rollout_vllm_standin.py:
-vLLM's completions wire format, answered by a tiny real transformers model), each
-counting what it receives. Sampling seeds are per turn, so which server answers
-does not change a token, and a run through two servers in Ray actors must store
-the records the in-process run stores.
+A second vLLM is costly on this 2-core machine, so the two servers here are
+stand-ins, not vLLM: two instances of the FastAPI emulation in
+tests/support/rollout_vllm_standin.py (vLLM's completions wire format, answered by
+a tiny transformers model), each counting what it receives. Two real vLLM servers
+run once, for weight sync, in tests/rollout/weights/test_vllm_weights_servers.py. Sampling
+seeds are per turn, so which server answers does not change a token, and a run
+through two servers in Ray actors must store the records the in-process run stores.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ from agentenvs.rollout.policies.hf import HFPolicy
 from agentenvs.rollout.weights.probe import Probe
 from agentenvs.rollout.weights.sync import WeightSync
 
-pytestmark = pytest.mark.services  # starts a real service
+pytestmark = pytest.mark.services  # starts a Ray cluster (the policy servers are stand-ins)
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory, tokenizer):
-    """Two servers of the same tiny model, each with its own copy and request counts."""
+    """Two stand-in servers of the same tiny model, each with its own copy and request counts."""
     directory = save_tiny_model(tmp_path_factory.mktemp("tiny-llama"), tokenizer)
     seen = [Behaviour(), Behaviour()]
     with (

@@ -42,7 +42,7 @@ from agentenvs.rollout.trainers.tinker.cookbook import (
 )
 from agentenvs.rollout.trainers.tinker.handoff import assemble_tinker_data
 from agentenvs.rollout.weights.identity import hash_weights
-from agentenvs.rollout.weights.probe import Probe, torch_reference
+from agentenvs.rollout.weights.probe import TOLERANCE, Probe, torch_reference
 from agentenvs.rollout.weights.sync import WeightSync
 
 pytestmark = pytest.mark.services  # starts a real service
@@ -53,7 +53,8 @@ GROUP_SIZE = 2
 
 @pytest.fixture(scope="module")
 def served(vllm_server, tokenizer):  # noqa: F811
-    """A seeded policy on the server, after a verified push of the served weights."""
+    """A seeded policy on the server, after a push of the served weights (they match the
+    trainer; being the same weights, the proof is "indistinguishable", not "verified")."""
     from transformers import AutoModelForCausalLM
 
     policy = OpenAICompatPolicy(vllm_server.url, tokenizer=tokenizer, seed=13, max_tokens=16)
@@ -150,6 +151,10 @@ async def test_cookbook_rollout_on_vllm_gives_our_handoff_and_names_the_weights(
     assert provenance["model"] == SERVED_NAME
     assert provenance["weights_version"] == 0
     weights = provenance["weights"]
-    assert weights["verified"] and weights["path"] == "full" and weights["name"] == SERVED_NAME
+    assert weights["path"] == "full" and weights["name"] == SERVED_NAME
+    # The push was of the weights the server already served: they matched the trainer,
+    # and nothing could tell them from the previous ones, which the record says.
+    assert weights["proof"] == "indistinguishable" and not weights["verified"]
+    assert weights["failed"] is None and weights["probe_max_abs_diff"] < TOLERANCE["float32"]
     assert weights["sha256"] == hash_weights(vllm_server.model_dir)
     await policy.aclose()

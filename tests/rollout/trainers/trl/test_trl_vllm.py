@@ -38,6 +38,7 @@ from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 from agentenvs.rollout.trainers.common import run_sync
 from agentenvs.rollout.trainers.trl.rollout_func import env_reward, make_rollout_func, task_dataset
 from agentenvs.rollout.trainers.trl.weight_sync import VLLMWeightSyncCallback
+from agentenvs.rollout.weights.drift import read_drift
 from agentenvs.rollout.weights.identity import WeightsIdentity
 from agentenvs.rollout.weights.probe import TOLERANCE, Probe, torch_reference
 from agentenvs.rollout.weights.sync import WeightSync
@@ -114,7 +115,12 @@ def synced_trainer(
     sync = WeightSync(policy, probe=Probe.default(len(tokenizer)))
     callback = VLLMWeightSyncCallback(sync, Path(out) / "weights") if synced else None
     rollout = make_rollout_func(
-        config, tokenizer, policy=policy, max_tokens=8, store=Path(out) / "trl.jsonl"
+        config,
+        tokenizer,
+        policy=policy,
+        max_tokens=8,
+        store=Path(out) / "trl.jsonl",
+        drift=Path(out) / "drift.jsonl" if synced else None,
     )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(str(server.model_dir), dtype=torch.float32)
@@ -211,10 +217,19 @@ def test_grpo_steps_sample_from_the_weights_of_their_own_step(
 ):
     trainer, callback, generations = train(tmp_path, vllm_server, trl_tokenizer, sync_path)
 
-    # One verified push before training (version 0) and one after each step.
+    # The drift alarm compared every batch with the trainer's own pass: quiet.
+    reports = read_drift(tmp_path / "drift.jsonl")
+    assert [r.step for r in reports] == list(range(STEPS))
+    for report in reports:
+        on = [v for v in report.versions if v.on_policy]
+        assert report.alarm is None and on and on[0].tokens > 0, report
+    # One push before training (version 0) and one verified push after each step.
     versions = [r.identity.version for r in callback.reports]
     assert versions == list(range(STEPS + 1))
-    assert all(r.identity.verified and r.identity.path == sync_path for r in callback.reports)
+    assert all(r.identity.path == sync_path for r in callback.reports)
+    # Version 0 pushes what the server may already serve: nothing to tell apart then.
+    assert callback.reports[0].identity.proof in ("verified", "indistinguishable")
+    assert all(r.identity.proof == "verified" for r in callback.reports[1:])
     assert [g.step for g in generations] == list(range(STEPS))
     # The newest `keep` versions stay on disk for the server, older ones are removed.
     kept = sorted(d.name for d in (tmp_path / "weights").iterdir())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 
 import pytest
 import torch
@@ -99,13 +99,12 @@ def test_fixed_widths_and_overlong_samples(samples):
         to_verl_batch([], 0)
 
 
-def test_tensordict_when_available(samples):
+def test_tensordict_and_the_error_without_it(samples, monkeypatch):
     found, _ = samples
     batch = to_verl_batch(found, 0)
-    if importlib.util.find_spec("tensordict") is None:
-        with pytest.raises(ImportError, match="tensordict"):
-            to_tensordict(batch)
-    else:
-        td = to_tensordict(batch)
-        assert td.batch_size[0] == len(found)
-        assert torch.equal(td["responses"], batch["responses"])
+    td = to_tensordict(batch)  # tensordict comes with the `verl` extra
+    assert td.batch_size[0] == len(found)
+    assert torch.equal(td["responses"], batch["responses"])
+    monkeypatch.setitem(sys.modules, "tensordict", None)  # as where verl is not installed
+    with pytest.raises(ImportError, match="tensordict"):
+        to_tensordict(batch)

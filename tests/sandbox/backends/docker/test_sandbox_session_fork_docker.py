@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
+from support import machine_skips
 from support.podman_service import require_podman
 
 from agentenvs.sandbox import ExecStatus, SandboxConfig, create
@@ -31,11 +32,13 @@ async def sandbox(podman: PodmanService) -> AsyncIterator[DockerSandbox]:
         pool_size=1,
         docker_host=podman.docker_host,
     )
+    # The fork needs Landlock; containers share the host's kernel: ask the machine.
+    machine_skips.require("landlock")
     box = create(config)
     assert isinstance(box, DockerSandbox)
     async with box:
-        if not box.capabilities().active.get("landlock"):
-            pytest.skip("the container has no Landlock: forks fall back to replay")
+        caps = box.capabilities()
+        assert caps.active.get("landlock"), ("the kernel offers Landlock", caps.notes)
         yield box
 
 

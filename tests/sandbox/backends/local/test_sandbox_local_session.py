@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from support import machine_skips
 
 from agentenvs.sandbox import ExecStatus, SandboxConfig
 from agentenvs.sandbox.backends.local.backend import LocalSandbox
 
-needs_sandbox = pytest.mark.skipif(
-    shutil.which("bwrap") is None or not os.access("/usr/bin/python3", os.X_OK),
-    reason="needs bubblewrap (apt-get install bubblewrap) and Debian's /usr/bin/python3",
-)
+needs_sandbox = machine_skips.needs(*machine_skips.LOCAL_SANDBOX)
 pytestmark = [needs_sandbox, pytest.mark.asyncio(loop_scope="module")]
 
 CONFIG = SandboxConfig(timeout=2.0, pool_size=1, memory_limit_mb=256, max_output_bytes=4096)
