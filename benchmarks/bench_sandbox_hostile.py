@@ -6,7 +6,9 @@ One run, two phases on the same fresh server, side by side:
 * **hostile**: the same 3 innocent clients, plus 1 client sending hostile programs in a
   loop (a rotating set: fork bomb, memory hog, 200k files, a deep directory tree,
   ``chmod 000`` directories, a /dev/shm hog, a System V shm hog, a busy loop, unbounded
-  output, a detached background process) until the innocent clients are done.
+  output, a detached background process, and since issue #24 a run that renices,
+  ``SCHED_IDLE``s, pins and ``prlimit``s the supervisor, and one that leaves zombies)
+  until the innocent clients are done.
 
 An innocent request is an error unless it answers HTTP 200, ``Success`` and the expected
 stdout. Printed: innocent error rate, p50/p99 latency and requests/s for both phases and
@@ -95,6 +97,32 @@ HOSTILE_PROGRAMS: dict[str, str] = {
         "    os.setsid()\n"
         "    time.sleep(120)\n"
         "print('parent done')\n"
+    ),
+    # issue #24: reaching the supervisor that forks the next run
+    "starve_the_supervisor": (
+        "import os, resource\n"
+        "parent = os.getppid()\n"
+        "for attack in (\n"
+        "    lambda: os.setpriority(os.PRIO_PROCESS, parent, 19),\n"
+        "    lambda: os.sched_setscheduler(parent, os.SCHED_IDLE, os.sched_param(0)),\n"
+        "    lambda: os.sched_setaffinity(parent, {0}),\n"
+        "    lambda: resource.prlimit(parent, resource.RLIMIT_NOFILE, (8, 8)),\n"
+        "    lambda: resource.prlimit(parent, resource.RLIMIT_FSIZE, (0, 0)),\n"
+        "    lambda: resource.prlimit(parent, resource.RLIMIT_STACK, (65536, 65536)),\n"
+        "):\n"
+        "    try:\n"
+        "        attack()\n"
+        "    except OSError:\n"
+        "        pass\n"
+    ),
+    "zombies": (
+        "import os\n"
+        "for _ in range(40):\n"
+        "    try:\n"
+        "        if os.fork() == 0:\n"
+        "            os._exit(0)\n"
+        "    except OSError:\n"
+        "        break\n"
     ),
 }
 
