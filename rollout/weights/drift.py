@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +80,6 @@ class DriftReport:
     tolerance: Tolerance
     skipped: int = 0
     """Tokens left out: no sampler logprob (NaN) or no version stamp."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def alarm(self) -> str | None:
@@ -104,7 +103,6 @@ class DriftReport:
             versions=versions,
             tolerance=Tolerance(**data["tolerance"]),
             skipped=int(data.get("skipped", 0)),
-            extra=dict(data.get("extra") or {}),
         )
 
 

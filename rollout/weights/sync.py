@@ -182,7 +182,7 @@ class WeightSync:
             served = self.policy.served_model() or await self.policy.model_name()
             before = await self._previous_scores(candidate, served)
             prepared = time.perf_counter()
-            paused = await self._load_everywhere(candidate, load, reset)
+            paused, reset_s = await self._load_everywhere(candidate, load, reset)
             loaded = time.perf_counter()
             if candidate.path == "full":
                 # The servers' weights changed whatever the probe says next.
@@ -228,8 +228,8 @@ class WeightSync:
         report = SyncReport(
             identity=self.policy.weights,
             probe=max(results, key=lambda r: r.separation.to_new),
-            load_s=loaded - prepared,
-            reset_s=0.0,
+            load_s=loaded - prepared - reset_s,
+            reset_s=reset_s,
             verify_s=verified - loaded,
             total_s=time.perf_counter() - started,
             paused=len(paused) == len(self.engines),
@@ -239,13 +239,17 @@ class WeightSync:
         self.reports.append(report)
         return report
 
-    async def _load_everywhere(self, candidate, load, reset: bool) -> list[VLLMEngine]:
-        """Pause, load, reset the prefix cache and resume every server. Every server
-        paused is resumed, even when a later step failed (a server left paused holds
-        every request sent to it); the first failure is the one raised."""
+    async def _load_everywhere(
+        self, candidate, load, reset: bool
+    ) -> tuple[list[VLLMEngine], float]:
+        """Pause, load, reset the prefix cache and resume every server: the servers
+        paused, and the seconds the reset took. Every server paused is resumed, even
+        when a later step failed (a server left paused holds every request sent to
+        it); the first failure is the one raised."""
         paused: list[VLLMEngine] = []
         failure: BaseException | None = None
         loading = False
+        reset_s = 0.0
         try:
             for engine in self.engines:
                 if await engine.pause():
@@ -254,8 +258,10 @@ class WeightSync:
             for engine in self.engines:
                 await load(engine)
             if reset:
+                reset_started = time.perf_counter()
                 for engine in self.engines:
                     await engine.reset_prefix_cache()
+                reset_s = time.perf_counter() - reset_started
         except BaseException as err:  # cancelled too: the servers must not stay paused
             failure = err
         self.left_paused, unresumed = await _resume_all(paused)
@@ -267,7 +273,7 @@ class WeightSync:
         if failure is not None:
             self._step_failed(candidate, failure, loading=loading)
             raise failure
-        return paused
+        return paused, reset_s
 
     async def _previous_scores(
         self, candidate: WeightsIdentity, served: str

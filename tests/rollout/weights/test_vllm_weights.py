@@ -46,6 +46,7 @@ async def test_full_reload_is_verified_and_stamped_on_every_turn(
     assert identity.verified and identity.version == 1 and identity.path == "full"
     assert identity.sha256 == hash_weights(tmp_path / "v1")
     assert report.paused and report.probe.max_abs_diff < 1e-3
+    assert report.reset_s > 0 and report.load_s > 0  # each step timed on its own
     # The probe would not match the old weights: the check has teeth.
     old = torch_reference(_load(vllm_server.model_dir))
     sequence = sync.probe.prompt + report.probe.tokens
