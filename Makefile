@@ -1,7 +1,7 @@
 # Two commands set everything up on a fresh Debian 12 machine with Python 3.11:
 #   make demo   create .venv, install, run the main job on embedded defaults
 #   make test   create .venv, install, run the whole test suite
-#   make test-fast   the suite without the tests that start real services
+#   make test-fast   the suite without the tests that start real services or cost seconds each
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -14,7 +14,7 @@ VLLM_VERSION := 0.32.0
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)
 VERL_VERSION := 0.9.1
 VERL_STAMP := $(VENV)/.installed-verl-$(VERL_VERSION)
-DEB_PACKAGES := bubblewrap podman runc uidmap slirp4netns python3-numpy python3-sympy chromium
+DEB_PACKAGES := bubblewrap podman runc uidmap slirp4netns python3-numpy python3-sympy chromium user-mode-linux e2fsprogs less
 
 .PHONY: demo test test-fast install system-packages vllm verl lint clean
 
@@ -77,9 +77,11 @@ test: install vllm verl
 	$(BIN)/python -m pytest -q -rfEs --durations=40 -p no:cacheprovider
 
 # Everything but the tests that start real services (vLLM, Ray, verl, podman,
-# Chromium): the loop to run while working. `make test` (and CI) runs them all.
+# Chromium: marked `services`) and the ones that cost seconds each (the list in
+# tests/support/slow_tests.py, marked `slow`): the loop to run while working, a few
+# minutes on two cores. `make test` (and CI) runs them all.
 test-fast: install
-	$(BIN)/python -m pytest -q -rfEs -p no:cacheprovider -m "not services"
+	$(BIN)/python -m pytest -q -rfEs -p no:cacheprovider -m "not services and not slow"
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

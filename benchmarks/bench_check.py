@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from vocab import shared_vocabulary
-from vocab.runs import collect_store
+from support.vocab import shared_vocabulary
+from support.vocab.runs import collect_store
 
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.inspect.check import check_records
@@ -43,6 +43,15 @@ def records_for(tokenizer, env: str, trajectories: int, workdir: Path) -> list:
         record = copy.deepcopy(seed[len(out) % len(seed)])
         record.key = f"{len(out)}:{record.task_id}"
         out.append(record)
+    return out
+
+
+def without_record(records: list) -> list:
+    """The same records as a store written before collection records (issue 31)."""
+    out = copy.copy(records)
+    for i, record in enumerate(out):
+        out[i] = copy.copy(record)
+        out[i].collected = {}
     return out
 
 
@@ -85,11 +94,14 @@ def main() -> None:
             for tr in traj.transitions[-1:]
         )
         seconds, ok = time_check(records, tokenizer, args.repeats)
+        unrecorded, _ = time_check(without_record(records), tokenizer, args.repeats)
         results[name] = seconds / n * 1000
         print(
             f"{name:>12}: {n} trajectories, {tokens / n:.0f} tokens each, "
             f"check {seconds:.3f} s -> {results[name]:.3f} s per 1k trajectories, "
-            f"{seconds / tokens * 1e6:.2f} s per 1M tokens ({'ok' if ok else 'FAILED'})"
+            f"{seconds / tokens * 1e6:.2f} s per 1M tokens ({'ok' if ok else 'FAILED'}); "
+            f"without the collection record {unrecorded / n * 1000:.3f} s per 1k "
+            f"(the record's comparison: {seconds / unrecorded:.2f}x)"
         )
     print(f"ratio {args.vocab} / builtin: {results[args.vocab] / results['builtin']:.2f}x")
     print(

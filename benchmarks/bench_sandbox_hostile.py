@@ -14,8 +14,13 @@ An innocent request is an error unless it answers HTTP 200, ``Success`` and the 
 stdout. Printed: innocent error rate, p50/p99 latency and requests/s for both phases and
 their ratios (hostile / quiet). The target (issue #11): error rate 0, p99 within 2x.
 
+Also printed: the hostile phase's innocent requests slower than the quiet p99, by the
+hostile program running meanwhile (where the tail comes from); ``--trace`` writes every
+request's start, end and in-worker time as JSON.
+
 Usage: ``python benchmarks/bench_sandbox_hostile.py [--n 500] [--pool-size 2]
-[--spare-workers 1]``
+[--spare-workers 1] [--rounds 1] [--trace FILE]`` (``--rounds 4`` alternates quiet and
+hostile phases, so that a shared machine's load falls on both alike)
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
+import json
 import os
 import platform
 import signal
@@ -127,6 +134,11 @@ HOSTILE_PROGRAMS: dict[str, str] = {
 }
 
 
+HOSTILE_ROTATION = itertools.cycle(HOSTILE_PROGRAMS)
+"""One rotation for the whole run: with ``--rounds``, each hostile phase goes on where
+the previous one stopped, so every program is sent as often as in one long phase."""
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -141,6 +153,19 @@ class Phase:
     errors: Counter[str] = field(default_factory=Counter)
     wall: float = 0.0
     hostile: Counter[str] = field(default_factory=Counter)
+    spans: list[tuple[float, float, float]] = field(default_factory=list)
+    """(start, end, seconds the code ran in its worker) of every innocent request."""
+    hostile_spans: list[tuple[str, float, float]] = field(default_factory=list)
+    """(program, start, end) of every hostile request."""
+
+    def extend(self, other: Phase) -> None:
+        """Add another round of the same phase."""
+        self.latencies += other.latencies
+        self.errors.update(other.errors)
+        self.wall += other.wall
+        self.hostile.update(other.hostile)
+        self.spans += other.spans
+        self.hostile_spans += other.hostile_spans
 
     @property
     def requests(self) -> int:
@@ -171,6 +196,13 @@ def innocent_error(response: httpx.Response | Exception) -> str | None:
     return None
 
 
+def execution_time(response: httpx.Response | Exception) -> float:
+    """How long the code ran inside its worker (the rest of a latency is waiting)."""
+    with contextlib.suppress(AttributeError, ValueError, TypeError):
+        return float(response.json()["run_result"]["execution_time"])  # type: ignore[union-attr]
+    return float("nan")
+
+
 async def innocent_client(client: httpx.AsyncClient, url: str, n: int, phase: Phase) -> None:
     payload = {"code": INNOCENT_CODE, "language": "python", "run_timeout": 10}
     for _ in range(n):
@@ -181,7 +213,9 @@ async def innocent_client(client: httpx.AsyncClient, url: str, n: int, phase: Ph
             )
         except httpx.HTTPError as exc:
             outcome = exc
-        phase.latencies.append(time.perf_counter() - start)
+        end = time.perf_counter()
+        phase.latencies.append(end - start)
+        phase.spans.append((start, end, execution_time(outcome)))
         if (error := innocent_error(outcome)) is not None:
             phase.errors[error] += 1
 
@@ -189,18 +223,17 @@ async def innocent_client(client: httpx.AsyncClient, url: str, n: int, phase: Ph
 async def hostile_client(
     client: httpx.AsyncClient, url: str, stop: asyncio.Event, phase: Phase
 ) -> None:
-    names = list(HOSTILE_PROGRAMS)
-    i = 0
     while not stop.is_set():
-        name = names[i % len(names)]
-        i += 1
+        name = next(HOSTILE_ROTATION)
         payload = {"code": HOSTILE_PROGRAMS[name], "language": "python", "run_timeout": 2}
+        start = time.perf_counter()
         try:
             response = await client.post(f"{url}/run_code", json=payload, timeout=120)
             status = (response.json().get("agentenvs") or {}).get("status", response.status_code)
         except (httpx.HTTPError, ValueError) as exc:
             status = type(exc).__name__
         phase.hostile[f"{name}:{status}"] += 1
+        phase.hostile_spans.append((name, start, time.perf_counter()))
 
 
 async def run_phase(url: str, n: int, *, hostile: bool) -> Phase:
@@ -256,13 +289,38 @@ def server(args: argparse.Namespace):
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+AFTERMATH_SECONDS = 1.0
+"""An innocent request this soon after a hostile one ended counts as in its aftermath."""
+
+
+def slow_requests_by_neighbour(quiet: Phase, hostile: Phase) -> Counter[str]:
+    """The hostile phase's innocent requests slower than the quiet p99, by what the
+    hostile client was doing meanwhile: ``during <program>`` (it overlapped the hostile
+    request) or ``after <program>`` (it started within ``AFTERMATH_SECONDS`` of its end).
+    Where the tail comes from, so that a fix can aim at it."""
+    threshold = percentile(quiet.latencies, 99)
+    blame: Counter[str] = Counter()
+    for (start, end, _), latency in zip(hostile.spans, hostile.latencies, strict=True):
+        if latency <= threshold:
+            continue
+        during = [n for n, s, e in hostile.hostile_spans if s < end and e > start]
+        after = [n for n, s, e in hostile.hostile_spans if e <= start < e + AFTERMATH_SECONDS]
+        if during:
+            blame[f"during {during[-1]}" + (f" (after {after[-1]})" if after else "")] += 1
+        elif after:
+            blame[f"after {after[-1]}"] += 1
+        else:
+            blame["no hostile request near"] += 1
+    return blame
+
+
 def report(quiet: Phase, hostile: Phase, args: argparse.Namespace) -> None:
     q, h = quiet.row(), hostile.row()
     print(
         f"\nmachine: {platform.machine()} {os.cpu_count()} cores, {platform.platform()}, "
         f"Python {platform.python_version()}; --n {args.n} per innocent client, "
         f"--pool-size {args.pool_size}, --spare-workers {args.spare_workers}, "
-        f"--memory-mb {args.memory_mb}, "
+        f"--memory-mb {args.memory_mb}, --rounds {args.rounds}, "
         f"load average at start {args.load_at_start}"
     )
     print("\n| phase | innocent requests | errors | error rate | p50 ms | p99 ms | req/s |")
@@ -285,6 +343,13 @@ def report(quiet: Phase, hostile: Phase, args: argparse.Namespace) -> None:
     print("\nhostile programs sent (name:outcome -> count):")
     for key, count in sorted(hostile.hostile.items()):
         print(f"- {key}: {count}")
+    slow = slow_requests_by_neighbour(quiet, hostile)
+    print(
+        f"\nhostile-phase innocent requests slower than the quiet p99 "
+        f"({sum(slow.values())}), by what the hostile client was running:"
+    )
+    for key, count in slow.most_common():
+        print(f"- {key}: {count}")
 
 
 def main() -> None:
@@ -295,12 +360,34 @@ def main() -> None:
     parser.add_argument(
         "--spare-workers", type=int, default=1, help="standby workers (the serve default: 1)"
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="alternate quiet and hostile phases this many times (--n split between them), "
+        "so that other jobs' load on a shared machine falls on both phases alike",
+    )
+    parser.add_argument(
+        "--trace", help="write every request's (kind, start, end) as JSON here, for analysis"
+    )
     args = parser.parse_args()
     args.load_at_start = f"{os.getloadavg()[0]:.1f}"
+    quiet, hostile = Phase("quiet"), Phase("hostile")
+    per_round = [args.n // args.rounds + (i < args.n % args.rounds) for i in range(args.rounds)]
     with server(args) as url:
-        quiet = asyncio.run(run_phase(url, args.n, hostile=False))
-        hostile = asyncio.run(run_phase(url, args.n, hostile=True))
+        for n in per_round:
+            quiet.extend(asyncio.run(run_phase(url, n, hostile=False)))
+            hostile.extend(asyncio.run(run_phase(url, n, hostile=True)))
     report(quiet, hostile, args)
+    if args.trace:
+        with open(args.trace, "w") as out:
+            json.dump(
+                {
+                    phase.name: {"innocent": phase.spans, "hostile": phase.hostile_spans}
+                    for phase in (quiet, hostile)
+                },
+                out,
+            )
 
 
 if __name__ == "__main__":

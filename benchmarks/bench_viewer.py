@@ -27,14 +27,14 @@ from pathlib import Path
 from rich.console import Console
 
 from agentenvs.rollout.cli.demo import demo_overrides
-from agentenvs.rollout.cli.rollout import run_rollout
+from agentenvs.rollout.cli.rollout_run import run_rollout
 from agentenvs.rollout.inspect import decode
 from agentenvs.rollout.inspect.terminal_view import render_terminal
 from agentenvs.rollout.inspect.viewer import load_records, render_html
 from agentenvs.rollout.tokenizer import load_tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from browser_cdp import chromium_binary, open_browser
+from support.browser_cdp import chromium_binary, open_browser
 
 
 def timed(work) -> tuple[float, object]:

@@ -39,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "TrajectoryGroup": "types",
     "Transition": "types",
     "AgentEnvsError": "errors",
+    "TransientError": "errors",
     # the text layer, rendering and limits
     "Message": "text",
     "TextEnv": "text",

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
 from agentenvs.envs.text import TextEnv
@@ -35,6 +36,10 @@ from agentenvs.envs.types import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+class UnknownSplitError(AgentEnvsError, ValueError):
+    """A split name the environment does not declare (:attr:`EnvConfig.splits`)."""
 
 
 class EnvConfig(BaseModel):
@@ -62,6 +67,10 @@ class EnvConfig(BaseModel):
 
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
     """Named published setups: config values, nested as the config nests them."""
+    splits: ClassVar[tuple[str, ...]] = ("train", "test")
+    """The dataset split names this environment accepts (aliases included). Any
+    other name is refused by :meth:`check_split` before a task is made, so an
+    environment that ignores ``split`` cannot run its train tasks for a typo."""
 
     @model_validator(mode="before")
     @classmethod
@@ -101,6 +110,17 @@ class EnvConfig(BaseModel):
         return [self.env_name] if self.env_name else []
 
     # ---- shared machinery ------------------------------------------------------------
+    @classmethod
+    def check_split(cls, split: str) -> None:
+        """Refuse a split this environment does not declare (:attr:`splits`): the one
+        check every way of making tasks (datasets, group builders, gymnasium) goes
+        through."""
+        if split not in cls.splits:
+            raise UnknownSplitError(
+                f"unknown split {split!r} for {cls.env_name or cls.__name__}; "
+                f"its splits: {', '.join(cls.splits)}"
+            )
+
     @property
     def renderer_kind(self) -> RendererKind:
         return self.renderer or self.default_renderer
@@ -119,6 +139,7 @@ class EnvConfig(BaseModel):
     def group_builder(
         self, task_index: int, group_size: int, tokenizer: Tokenizer, split: str = "train"
     ) -> TextGroupBuilder:
+        self.check_split(split)
         return TextGroupBuilder(self, task_index, group_size, tokenizer, split)
 
     def dataset(
@@ -131,6 +152,7 @@ class EnvConfig(BaseModel):
         n_groups: int | None = None,
     ) -> RLDataset:
         """Groups over the split's tasks in order, wrapping around if ``n_groups`` is larger."""
+        self.check_split(split)
         total = self.num_tasks(split)
         if total <= 0:
             raise ValueError(f"environment {self.env_name!r} has no tasks in split {split!r}")

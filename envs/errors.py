@@ -26,3 +26,28 @@ class AgentEnvsError(Exception):
         super().__init__(*args)
         if status is not None:
             self.status = status
+
+
+class TransientError(AgentEnvsError):
+    """An error worth trying again: the same call may succeed later.
+
+    The collector does not retry an error raised by environment code (its
+    ``make_envs``, ``initial_observation``, ``step`` or group rewards): a bug raises
+    the same way every time, and retrying only hides it. Raise a subclass of this
+    (or ``raise TransientError("retriever restarting") from err``) where a failure
+    is of the moment: a service restarting, a worker that crashed, a busy server.
+    Errors that already say so are transient too (:func:`is_transient`).
+    """
+
+
+RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+"""HTTP answers that mean "not now" rather than "never"."""
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether ``error`` is of the moment: a :class:`TransientError`, a connection
+    failure or timeout (``ConnectionError``, ``TimeoutError``), or an agentenvs error
+    carrying a retryable HTTP status (:data:`RETRYABLE_STATUS`)."""
+    if isinstance(error, (TransientError, ConnectionError, TimeoutError)):
+        return True
+    return isinstance(error, AgentEnvsError) and error.status in RETRYABLE_STATUS

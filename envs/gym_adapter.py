@@ -38,6 +38,10 @@ class _UnicodeText(spaces.Text):
     def contains(self, x: Any) -> bool:
         return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
 
+    def __repr__(self) -> str:
+        # gymnasium's own repr lists the whole charset: a million characters here.
+        return f"Text({self.min_length}..{self.max_length} characters of any Unicode)"
+
 
 class TextGymEnv(gymnasium.Env):
     metadata = {"render_modes": ["ansi"]}
@@ -48,6 +52,7 @@ class TextGymEnv(gymnasium.Env):
         self.env_name = env_name
         self.split = split
         self.config = make(env_name, **config)
+        self.config.check_split(split)
         self.observation_space = _UnicodeText(max_length=_MAX_TEXT, min_length=0, charset=_ALL)
         self.action_space = _UnicodeText(max_length=_MAX_TEXT, min_length=0, charset=_ALL)
         self._loop = asyncio.new_event_loop()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.errors import AgentEnvsError
@@ -94,10 +94,25 @@ def make(name: str, **config: Any) -> EnvConfig:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or '<config>'}: {e['msg']}" for e in err.errors()
         )
-        fields = ", ".join(sorted(cls.model_fields))
-        raise EnvConfigError(
-            f"bad config for {name!r}: {problems}. Accepted keys: {fields}"
-        ) from None
+        # The keys of the level that was wrong: `limits.bogus` lists the fields of limits.
+        first = err.errors()[0]["loc"] if err.errors() else ()
+        level, model = _level_of(cls, tuple(first[:-1]))
+        fields = ", ".join(sorted(model.model_fields))
+        where = f"Accepted keys under {level}" if level else "Accepted keys"
+        raise EnvConfigError(f"bad config for {name!r}: {problems}. {where}: {fields}") from None
+
+
+def _level_of(cls: type[BaseModel], path: tuple[Any, ...]) -> tuple[str, type[BaseModel]]:
+    """The deepest model along ``path`` (field names) and its dotted name."""
+    model, walked = cls, []
+    for part in path:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field is not None else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            break
+        model = annotation
+        walked.append(str(part))
+    return ".".join(walked), model
 
 
 def list_envs() -> list[EnvInfo]:

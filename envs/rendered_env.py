@@ -62,6 +62,20 @@ class Limits(BaseModel):
     max_trajectory_tokens: int | None = Field(
         None, ge=1, description="Context budget: prompt, actions and observations together."
     )
+    max_response_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Episode response budget (verl's response_length): every token after the "
+        "prompt, the model's and the env's; each turn may use what is left, and the episode ends "
+        "(stop response_budget, scored by the task) when it is used up.",
+    )
+    max_prompt_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Longest prompt a sample may start from (verl's max_prompt_length): the first "
+        "prompt, and every fresh prompt of a restarting (windowed) renderer; a longer one ends "
+        "the episode (context_overflow).",
+    )
     on_truncated_action: Literal["end", "pass"] = Field(
         "end",
         description="When the sampler stopped on its token cap: end the episode (max_tokens), "
@@ -92,6 +106,10 @@ class RenderedEnv(Env):
         trajectory can be checked against its tokens later."""
         self._pending_logs: dict[str, str] = {}
         self._pending_split = 0
+        self.response_tokens = 0
+        """Tokens after the prompt so far, the model's and the env's (what
+        ``limits.max_response_tokens`` bounds; a restarted prompt is not counted)."""
+        self._prompt_too_long = False
 
     async def initial_observation(self) -> tuple[Observation, StopCondition]:
         self.history = list(self.task.initial_messages())
@@ -102,6 +120,9 @@ class RenderedEnv(Env):
         self._pending_logs = {
             PROMPT_CONTROLS_LOG: control_offsets(self.renderer.text.control_positions(self.context))
         }
+        # An over-long prompt is the data's fault, not the model's: the first step ends
+        # the episode (context_overflow) rather than raising out of the rollout.
+        self._prompt_too_long = self._over_prompt_cap(len(self.context))
         return list(self.context), self.stop_condition()
 
     def _step_records(self, metrics: Metrics, logs: dict) -> dict:
@@ -122,6 +143,7 @@ class RenderedEnv(Env):
         sampler_stop = (extra or {}).get("stop_reason", "stop")
         self.turns += 1
         self.context.extend(action)
+        self.response_tokens += len(action)
         content, marker = self.renderer.split_action(action)
         self._action_text = content + marker
 
@@ -137,9 +159,14 @@ class RenderedEnv(Env):
                 ),
                 OUT_OF_VOCABULARY,
             )
+        if self._prompt_too_long:
+            return await self._end_by_limit(TextStep(), StopReason.CONTEXT_OVERFLOW)
         cap = self.limits.max_tokens_per_turn
         overran = cap is not None and len(action) > cap
-        if overran or (sampler_stop == "length" and self.limits.on_truncated_action == "end"):
+        spent = self._budget_spent()
+        # A cut that the episode budget made is the budget's end, not a per-turn truncation.
+        cut_by_turn_cap = sampler_stop == "length" and not spent
+        if overran or (cut_by_turn_cap and self.limits.on_truncated_action == "end"):
             return await self._end_by_limit(
                 TextStep(reward=self.limits.truncation_reward), StopReason.MAX_TOKENS
             )
@@ -151,6 +178,8 @@ class RenderedEnv(Env):
         result = await self.task.step(content, stop_reason=sampler_stop)
         if result.done:
             return await self._finish(result, result.stop_reason or StopReason.COMPLETED)
+        if spent:  # verl: no turn follows once the response budget is used up
+            return await self._end_by_limit(result, StopReason.RESPONSE_BUDGET)
         if self.turns >= self.limits.max_turns:
             return await self._end_by_limit(result, StopReason.MAX_TURNS)
         if result.next_stop is not None:
@@ -170,13 +199,18 @@ class RenderedEnv(Env):
             if appended.restart:
                 self.prefix_breaks += 1
                 metrics["renderer/prefix_breaks"] = 1
-                if self._over_budget_total(len(appended.tokens)):
+                total = len(appended.tokens)
+                if self._over_budget_total(total) or self._over_prompt_cap(total):
                     return await self._end_by_limit(result, StopReason.CONTEXT_OVERFLOW, metrics)
                 self.context = list(appended.tokens)
             else:
                 if self._over_budget(len(appended.tokens)):
                     return await self._end_by_limit(result, StopReason.CONTEXT_OVERFLOW, metrics)
+                if self._budget_spent(len(appended.tokens)):
+                    # verl drops an observation that would use up the budget and ends.
+                    return await self._end_by_limit(result, StopReason.RESPONSE_BUDGET, metrics)
                 self.context.extend(appended.tokens)
+                self.response_tokens += len(appended.tokens)
         return StepResult(
             reward=result.reward,
             episode_done=False,
@@ -185,6 +219,15 @@ class RenderedEnv(Env):
             metrics=metrics,
             logs={**self._step_records(metrics, logs), "action_text": self._action_text},
         )
+
+    def _budget_spent(self, extra_tokens: int = 0) -> bool:
+        """The response budget is used up with ``extra_tokens`` more (verl's ``>=``)."""
+        budget = self.limits.max_response_tokens
+        return budget is not None and self.response_tokens + extra_tokens >= budget
+
+    def _over_prompt_cap(self, prompt_tokens: int) -> bool:
+        cap = self.limits.max_prompt_tokens
+        return cap is not None and prompt_tokens > cap
 
     def _over_budget(self, extra_tokens: int) -> bool:
         return self._over_budget_total(len(self.context) + extra_tokens)
@@ -230,9 +273,18 @@ class RenderedEnv(Env):
         )
 
     def max_action_tokens(self) -> int | None:
-        """The per-turn cap of :attr:`limits`, so the sampler stops there (and says
-        ``length``) rather than this env ending an action that ran past it."""
-        return self.limits.max_tokens_per_turn
+        """The per-turn cap of :attr:`limits` and what is left of the response budget,
+        whichever is smaller, so the sampler stops there (and says ``length``) rather
+        than this env ending an action that ran past it."""
+        caps = [self.limits.max_tokens_per_turn]
+        budget = self.limits.max_response_tokens
+        if budget is not None:
+            caps.append(max(1, budget - self.response_tokens))
+        known = [cap for cap in caps if cap is not None]
+        return min(known) if known else None
+
+    def max_response_tokens(self) -> int | None:
+        return self.limits.max_response_tokens
 
     async def fork(self) -> RenderedEnv:
         """An independent copy of this live episode (see :mod:`agentenvs.envs.forking`)."""

@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any, Literal, Protocol, TypeAlias, TypedDict, runtime_checkable
 
 from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.envs.errors import TransientError as TransientError  # the contract names it
 
 Tokens: TypeAlias = list[int]
 Observation: TypeAlias = list[int]
@@ -46,6 +47,8 @@ class StopReason(StrEnum):
     MAX_TURNS = "max_turns"
     MAX_TOKENS = "max_tokens"
     """A single action hit the per-turn token cap (the sampler said ``length``)."""
+    RESPONSE_BUDGET = "response_budget"
+    """The episode's response-token budget is used up (verl's ``response_length``)."""
     CONTEXT_OVERFLOW = "context_overflow"
     """The conversation would exceed the trajectory token budget."""
     PARSE_ERROR = "parse_error"
@@ -98,12 +101,19 @@ class Env(ABC):
     here, with a default that means "not offered": override what your environment
     can do. The collector never looks for undeclared attributes.
 
-    * :meth:`max_action_tokens`: a per-action token cap the sampler must respect.
+    * :meth:`max_action_tokens`: the token cap of the next action, asked before every
+      turn (a per-turn cap, and what is left of a per-episode budget).
+    * :meth:`max_response_tokens`: the per-episode response budget itself, if any.
     * :meth:`close`: release what the episode holds (a sandbox, a game engine).
     * :meth:`fork`: an independent copy of the live episode (tree rollouts).
     * :meth:`label`: the short name messages use for this environment.
     * :class:`ScriptedActions` (a protocol below): a built-in scripted answer, for
       demos and smoke tests without a model.
+
+    Errors: an exception out of ``initial_observation`` or ``step`` fails the group;
+    the collector stores it with its traceback and does not retry it (a bug raises
+    the same way on fresh envs). Raise :class:`TransientError` (or a subclass) for a
+    failure of the moment, and the group is retried with fresh envs.
     """
 
     @abstractmethod
@@ -113,10 +123,23 @@ class Env(ABC):
     async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult: ...
 
     def max_action_tokens(self) -> int | None:
-        """The most tokens one action may have, or ``None`` for no cap of the env's own.
+        """The most tokens the next action may have, or ``None`` for no cap of the env's own.
 
-        The collector passes it to the policy as ``max_tokens`` so the sampler stops
-        there (and says ``length``) instead of the env cutting the action afterwards.
+        The collector asks before every turn and passes it to the policy as ``max_tokens``,
+        so the sampler stops there (and says ``length``) instead of the env cutting the
+        action afterwards. With a per-episode budget (:meth:`max_response_tokens`) it is
+        the smaller of the per-turn cap and what is left of the budget, so it shrinks as
+        the episode goes on: every policy honours the budget by honouring this cap.
+        """
+        return None
+
+    def max_response_tokens(self) -> int | None:
+        """The episode's response-token budget (verl's ``response_length``), or ``None``.
+
+        Every token after the prompt counts, the model's and the env's, as in verl's
+        ``response_mask``; each turn may use what is left (:meth:`max_action_tokens`) and
+        the env ends the episode when it is used up. Declared so trainer bridges and the
+        records can read the budget without asking the env's config.
         """
         return None
 

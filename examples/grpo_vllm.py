@@ -204,6 +204,9 @@ async def run_loop(args: argparse.Namespace, url: str, model_dir: Path, tokenize
     builders = [
         b for i in range(args.steps + 1) for b in dataset.get_batch(i % len(dataset))
     ]  # one batch of slack: groups still in flight when the last step is done
+    # One key per position in the whole stream, not per batch: the same task comes
+    # back every len(dataset) batches, and a key the store already holds is taken as
+    # collected (resume) and skipped, so per-batch keys would collect nothing then.
     keys = [f"{i}:{b.task_id}" for i, b in enumerate(builders)]
     policy = OpenAICompatPolicy(
         url, tokenizer=tokenizer, seed=args.seed, weights_version=0, max_tokens=32

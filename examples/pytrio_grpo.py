@@ -49,7 +49,8 @@ class GRPOSettings:
     learning_rate: float = 1e-5
     loss_fn: str = "importance_sampling"
     """A PyTRIO policy loss reading target_tokens, logprobs and advantages (or "ppo")."""
-    normalize_std: bool = False
+    normalize_std: bool | None = None
+    """None: GRPO's own rule (divide by the group's std); False: centre only (Dr. GRPO)."""
     concurrency: int = 16
     """Groups sampled at once."""
 
@@ -96,6 +97,9 @@ async def grpo_step(
         policy,
         concurrency=settings.concurrency,
         store=store,
+        # The step in the key: one store serves every step, and the default keys
+        # ("<position>:<task id>") repeat when the dataset wraps; a repeated key is
+        # taken as already collected (resume) and the step would collect nothing.
         keys=[f"step{step}:{i}:{getattr(b, 'task_id', i)}" for i, b in enumerate(builders)],
         env_name=env_name,
         progress=False,

@@ -1,11 +1,17 @@
-"""A small ChatML tokenizer trained on the spot, for tests, the demo and offline runs.
+"""A small ChatML tokenizer for tests, the demo and offline runs, shipped with the package.
 
 No model or tokenizer can be downloaded here, and the shared machinery must still
 be exercised with a real Hugging Face fast tokenizer and a real chat template. So
 a byte-level BPE is trained with the ``tokenizers`` library on text built in this
-module, wrapped as ``PreTrainedTokenizerFast``, and cached on disk. Byte-level
-means any text round-trips, so it serves every environment. In real use, pass any
-Hugging Face tokenizer instead.
+module. Byte-level means any text round-trips, so it serves every environment. In
+real use, pass any Hugging Face tokenizer instead.
+
+Training takes seconds, so the trained file is shipped (``builtin_tokenizer.json``,
+written by :func:`write_builtin_file`; a test retrains and compares the bytes) and
+nothing is trained for the default size. ``load_tokenizer("builtin")``, what every
+command uses, serves it without importing transformers
+(:mod:`agentenvs.rollout.builtin_tokenizer`); :func:`train_chatml_tokenizer` gives
+the same tokenizer as a ``PreTrainedTokenizerFast`` for libraries that need one.
 """
 
 from __future__ import annotations
@@ -16,6 +22,16 @@ import os
 import random
 from pathlib import Path
 from typing import Any
+
+from agentenvs.rollout.builtin_tokenizer import (
+    BUILTIN_FILE,
+    BUILTIN_NAME,
+    BUILTIN_VOCAB_SIZE,
+    EOS_TOKEN,
+    EXTRA_SPECIAL_TOKENS,
+    PAD_TOKEN,
+    builtin_tokenizer,
+)
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
@@ -83,20 +99,8 @@ def _cache_dir() -> Path:
     return Path(root) / "tokenizers"
 
 
-def train_chatml_tokenizer(
-    vocab_size: int = 2048, *, chat_template: str = CHATML_TEMPLATE, cache: bool = True
-) -> Any:
-    """A byte-level BPE ``PreTrainedTokenizerFast`` with a ChatML template.
-
-    Deterministic for a given vocabulary size; cached by its settings.
-    """
-    from transformers import PreTrainedTokenizerFast
-
-    key = hashlib.sha256(f"v1/{vocab_size}/{chat_template}".encode()).hexdigest()[:16]
-    path = _cache_dir() / key
-    if cache and (path / "tokenizer.json").exists():
-        return PreTrainedTokenizerFast.from_pretrained(str(path))
-
+def _train(vocab_size: int) -> Any:
+    """A freshly trained byte-level BPE (``tokenizers.Tokenizer``): deterministic per size."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -109,17 +113,58 @@ def train_chatml_tokenizer(
         show_progress=False,
     )
     tok.train_from_iterator(_training_text(), trainer=trainer)
+    return tok
+
+
+def _wrap(tokenizer_kwargs: dict[str, Any], chat_template: str, name: str) -> Any:
+    from transformers import PreTrainedTokenizerFast
+
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
+        **tokenizer_kwargs,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
         bos_token=None,
         unk_token=None,
-        additional_special_tokens=["<|im_start|>"],
+        additional_special_tokens=list(EXTRA_SPECIAL_TOKENS),
         clean_up_tokenization_spaces=False,
     )
     fast.chat_template = chat_template
-    fast.name_or_path = f"agentenvs-chatml-bpe-{vocab_size}"
+    fast.name_or_path = name
+    return fast
+
+
+def write_builtin_file(path: str | Path, vocab_size: int = BUILTIN_VOCAB_SIZE) -> Path:
+    """Train and write ``tokenizer.json`` as transformers saves it (how the shipped
+    ``builtin_tokenizer.json`` was made)."""
+    fast = _wrap({"tokenizer_object": _train(vocab_size)}, CHATML_TEMPLATE, "")
+    fast.backend_tokenizer.save(str(path))
+    return Path(path)
+
+
+def train_chatml_tokenizer(
+    vocab_size: int = BUILTIN_VOCAB_SIZE,
+    *,
+    chat_template: str = CHATML_TEMPLATE,
+    cache: bool = True,
+) -> Any:
+    """A byte-level BPE ``PreTrainedTokenizerFast`` with a ChatML template.
+
+    The default size is read from the shipped file (nothing is trained); another
+    size is trained (deterministic for a given size) and cached by its settings.
+    """
+    if vocab_size == BUILTIN_VOCAB_SIZE:
+        return _wrap({"tokenizer_file": str(BUILTIN_FILE)}, chat_template, BUILTIN_NAME)
+    from transformers import PreTrainedTokenizerFast
+
+    key = hashlib.sha256(f"v1/{vocab_size}/{chat_template}".encode()).hexdigest()[:16]
+    path = _cache_dir() / key
+    if cache and (path / "tokenizer.json").exists():
+        return PreTrainedTokenizerFast.from_pretrained(str(path))
+    fast = _wrap(
+        {"tokenizer_object": _train(vocab_size)},
+        chat_template,
+        f"agentenvs-chatml-bpe-{vocab_size}",
+    )
     if cache:
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         fast.save_pretrained(str(tmp))
@@ -130,10 +175,11 @@ def train_chatml_tokenizer(
 
 
 def load_tokenizer(name: str | None) -> Any:
-    """``None`` or ``builtin`` gives the trained ChatML tokenizer; anything else is
+    """``None`` or ``builtin`` gives the shipped ChatML tokenizer (no transformers import:
+    :class:`~agentenvs.rollout.builtin_tokenizer.ChatMLTokenizer`); anything else is
     handed to ``AutoTokenizer.from_pretrained`` (a local directory here)."""
     if name in (None, "", "builtin"):
-        return train_chatml_tokenizer()
+        return builtin_tokenizer()
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(name)

@@ -1,4 +1,5 @@
-"""Shared fixtures: the trained ChatML tokenizer every test renders with; the skip policy."""
+"""Shared fixtures: the trained ChatML tokenizer every test renders with; the skip policy;
+the `slow` mark from the one list of costly tests (tests/support/slow_tests.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 
 import pytest
 from support import skip_policy
+from support.slow_tests import SLOW
 
 from agentenvs.rollout.tokenizer import train_chatml_tokenizer
 
@@ -21,6 +23,15 @@ def pytest_configure(config: pytest.Config) -> None:
     # Every skip is listed at the end of the run; one that is not an allowed machine
     # condition (tests/support/machine_skips.py) fails the run.
     skip_policy.install(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # `make test-fast` deselects `slow`; the list says which tests cost seconds each and why.
+    for item in items:
+        module, _, rest = item.nodeid.partition("::")
+        function = rest.split("[", 1)[0]
+        if module in SLOW or f"{module}::{function}" in SLOW:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

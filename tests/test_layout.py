@@ -149,3 +149,24 @@ def test_command_modules_stay_small() -> None:
     for path in (ROOT / "rollout" / "cli").glob("*.py"):
         lines = path.read_text(encoding="utf-8").count("\n")
         assert lines <= 300, f"{path.name} has {lines} lines"
+
+
+def test_every_code_folder_is_a_listed_package() -> None:
+    # pyproject lists packages one by one; a folder left out installs from a checkout
+    # (the editable install maps the whole tree) but is missing from a built wheel.
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
+        "setuptools"
+    ]
+    listed = set(config["packages"])
+    roots = {folder: name for name, folder in config["package-dir"].items()}
+    found = set()
+    for folder, name in roots.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            relative = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((name, *relative)))
+    assert found - listed == set(), (
+        f"folders with __init__.py not in pyproject packages: {sorted(found - listed)}"
+    )
+    assert listed - found == set(), f"pyproject packages without a folder: {sorted(listed - found)}"

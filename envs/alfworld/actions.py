@@ -26,18 +26,24 @@ _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _PUT = re.compile(r"^put (.+?) (?:in|on|in/on|into|onto) (.+)$")
 
 
-def tool_spec() -> dict[str, Any]:
+TOOL_DESCRIPTION = "Send one text command to the household game and get what happens."
+TOOL_ACTION_DESCRIPTION = "One admissible command, e.g. 'go to fridge 1'."
+
+
+def tool_spec(
+    description: str = TOOL_DESCRIPTION, action_description: str = TOOL_ACTION_DESCRIPTION
+) -> dict[str, Any]:
     return {
         "type": "function",
         "function": {
             "name": TOOL_NAME,
-            "description": "Send one text command to the household game and get what happens.",
+            "description": description,
             "parameters": {
                 "type": "object",
                 "properties": {
                     "action": {
                         "type": "string",
-                        "description": "One admissible command, e.g. 'go to fridge 1'.",
+                        "description": action_description,
                     }
                 },
                 "required": ["action"],

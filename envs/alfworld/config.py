@@ -14,10 +14,13 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from agentenvs.envs.alfworld.games import SPLIT_ALIASES, SPLITS
+from agentenvs.envs.alfworld.prompts import STRINGS
 from agentenvs.envs.alfworld.scenes import TASK_TYPES
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
+from agentenvs.envs.strings import SettableStrings
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.types import Metrics, Trajectory
 
@@ -40,15 +43,24 @@ GIGPO_PRESET: dict[str, Any] = {
     "penalise_inadmissible": False,
     "invalid_action_penalty": 0.1,
     "success_reward": 10.0,
-    "limits": {"max_turns": 50},
+    # run_alfworld.sh: data.max_response_length=512 per step, data.max_prompt_length=2048;
+    # a reply the cap cut is still projected to an action (rollout_loop decodes whatever
+    # was sampled and steps the envs with it).
+    "limits": {
+        "max_turns": 50,
+        "max_tokens_per_turn": 512,
+        "on_truncated_action": "pass",
+        "max_prompt_tokens": 2048,
+    },
 }
 
 
-class ALFWorldConfig(EnvConfig):
+class ALFWorldConfig(EnvConfig, SettableStrings):
     """ALFWorld: find, take, clean/heat/cool and place objects in a text house."""
 
     env_name: ClassVar[str] = "alfworld"
     gym_name: ClassVar[str] = "ALFWorld"
+    splits: ClassVar[tuple[str, ...]] = (*SPLITS, *SPLIT_ALIASES)
     default_renderer: ClassVar[RendererKind] = "chat"
 
     data: str = Field(
@@ -83,6 +95,9 @@ class ALFWorldConfig(EnvConfig):
     )
     prompt_template: str | None = Field(
         None, description="verl_agent layout: every later step's prompt (str.format fields)."
+    )
+    system_prompt: str | None = Field(
+        None, description="agentenvs layout: replaces our system prompt (used as written)."
     )
     require_think: bool = Field(
         False, description="A reply without <think> and </think> is format-invalid."
@@ -141,6 +156,7 @@ class ALFWorldConfig(EnvConfig):
         return value
 
     presets: ClassVar[dict[str, dict[str, Any]]] = {"gigpo": GIGPO_PRESET}
+    string_table: ClassVar = STRINGS
 
     @model_validator(mode="after")
     def _protocol_fits_renderer(self) -> ALFWorldConfig:
@@ -195,6 +211,8 @@ class ALFWorldConfig(EnvConfig):
             action_matching=self.action_matching,
             on_no_action=self.on_no_action,
             penalise_inadmissible=self.penalise_inadmissible,
+            system_prompt=self.system_prompt,
+            texts={name: self.text(name) for name in self.string_table.defaults},
         )
 
     def make_text_env(self, task_index: int, split: str = "train") -> TextEnv:

@@ -92,6 +92,12 @@ class EpisodeSettings:
     action_matching: Literal["normalised", "exact"] = "normalised"
     on_no_action: Literal["hint", "send_tail"] = "hint"
     penalise_inadmissible: bool = True
+    system_prompt: str | None = None
+    texts: dict[str, str] = field(default_factory=dict)
+    """The settable strings, resolved (``prompts.STRINGS`` names; ours where unset)."""
+
+    def text(self, name: str) -> str:
+        return prompts.STRINGS.text(self.texts, name)
 
     def pool(self) -> EnginePool:
         return get_pool(self.workers, self.engines_per_worker, self.cache_translations)
@@ -202,7 +208,9 @@ class ALFWorldTextEnv(TextEnv):
         raise RuntimeError("await start() before initial_messages() inside an event loop")
 
     def _messages(self, user_text: str) -> list[Message]:
-        system = prompts.system_prompt(self.settings.protocol, self.settings.max_turns)
+        system = self.settings.system_prompt
+        if system is None:
+            system = prompts.system_prompt(self.settings.protocol, self.settings.max_turns)
         return [{"role": "system", "content": system}, {"role": "user", "content": user_text}]
 
     def _shown_admissible(self) -> list[str] | None:
@@ -212,7 +220,10 @@ class ALFWorldTextEnv(TextEnv):
         return [ACTION_STOP] if self.settings.protocol == "tag" else [TOOL_CALL_STOP]
 
     def tools(self) -> list[dict[str, Any]] | None:
-        return [tool_spec()] if self.settings.protocol == "tool" else None
+        if self.settings.protocol != "tool":
+            return None
+        text = self.settings.text
+        return [tool_spec(text("tool_description"), text("tool_action_description"))]
 
     # ---- one action ------------------------------------------------------------------
     async def step(self, action_text: str, *, stop_reason: SamplerStopReason) -> TextStep:
@@ -257,7 +268,9 @@ class ALFWorldTextEnv(TextEnv):
             self.stats.invalid_actions += 1
             self.stats.actions.append("")
             return self._answer(
-                prompts.FORMAT_HINT[self.settings.protocol],
+                self.settings.text(
+                    "format_hint" if self.settings.protocol == "tag" else "format_hint_tool"
+                ),
                 reward=-self.settings.invalid_action_penalty,
                 metrics={"invalid_action": 1, "invalid_format": 1},
                 action_label="(no action)",

@@ -35,7 +35,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.envs.errors import AgentEnvsError, TransientError
 
 WORKER_MODULE = "agentenvs.envs.alfworld.worker"
 SINGLE_THREADED = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -43,8 +43,10 @@ SINGLE_THREADED = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM
 engine process must stay single-threaded for ``os.fork`` to copy it whole (``fork.py``)."""
 
 
-class ALFWorldWorkerError(AgentEnvsError, RuntimeError):
-    """The engine process could not answer: it died, timed out, or failed to start."""
+class ALFWorldWorkerError(TransientError, RuntimeError):
+    """The engine process could not answer: it died, timed out, or failed to start.
+
+    Transient: a group that hit it is retried by the collector on a fresh worker."""
 
 
 class WorkerCrashed(ALFWorldWorkerError):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agentenvs.envs.alfworld.actions import Protocol
+from agentenvs.envs.alfworld.actions import TOOL_ACTION_DESCRIPTION, TOOL_DESCRIPTION, Protocol
+from agentenvs.envs.strings import StringTable
 
 _TASK = re.compile(r"Your task is to:\s*(.+?)\s*$", re.DOTALL)
 _BANNER = re.compile(r"^-=.*?=-\s*", re.DOTALL)
@@ -162,3 +163,16 @@ def fill_template(template: str, **fields: object) -> str:
             f"ALFWorld prompt template cannot be filled ({err!r}); its fields are "
             f"{', '.join('{' + f + '}' for f in TEMPLATE_FIELDS)} (double other braces)"
         ) from None
+
+
+STRINGS = StringTable(
+    defaults={
+        "format_hint": FORMAT_HINT["tag"],
+        "format_hint_tool": FORMAT_HINT["tool"],
+        "tool_description": TOOL_DESCRIPTION,
+        "tool_action_description": TOOL_ACTION_DESCRIPTION,
+    },
+    field_names=frozenset({"system_prompt", "first_prompt_template", "prompt_template"}),
+)
+"""Every text of ours the model can read, by the name a strings file gives it
+(docs/alfworld.md); the game's own text (``Nothing happens.``) is the engine's."""

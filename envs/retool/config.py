@@ -27,10 +27,12 @@ from pydantic import Field, model_validator
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
-from agentenvs.envs.retool.output import ErrorDetail, OutputPolicy
+from agentenvs.envs.retool.output import ErrorDetail, OutputPolicy, ToolOutput
 from agentenvs.envs.retool.problems import DataFormat, Problem, load_problems
+from agentenvs.envs.retool.prompts import STRINGS
 from agentenvs.envs.retool.protocol import Protocol
 from agentenvs.envs.retool.reward import Grader, pass_at_k
+from agentenvs.envs.strings import SettableStrings
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.types import Metrics, Trajectory
 from agentenvs.sandbox.base import SandboxConfig
@@ -44,12 +46,13 @@ VERL_RETOOL_PRESET: dict[str, Any] = {
     "timeout": 30.0,
     "memory_limit_mb": 1024,
     "error_detail": "traceback",
+    "tool_output": "verl",
+    "call_rules": "verl",
     "print_last_line": True,
     "max_parallel_calls": 1,
     "max_tool_calls": 16,
     "truncation": "middle",
     "middle_max_chars": 256,
-    "on_malformed": "end",
     "on_no_answer": "end",
     "grader": "strict_box",
     "grader_scope": "whole_response",
@@ -58,18 +61,21 @@ VERL_RETOOL_PRESET: dict[str, Any] = {
     "tool_shaping": True,
     "tool_shaping_per_call": 0.1,
     "tool_shaping_cap": 0.4,
-    "limits": {"max_turns": 16, "on_truncated_action": "pass"},
+    # One response budget of 16384 tokens for the whole episode, the model's and the
+    # tools' tokens together; no per-turn cap (each turn may use the rest).
+    "limits": {"max_turns": 16, "on_truncated_action": "pass", "max_response_tokens": 16384},
 }
 
 EVAL_SPLITS = frozenset({"test", "eval", "validation", "val"})
 _PROTOCOL_RENDERER: dict[str, RendererKind] = {"retool": "continuation", "tool_call": "chat"}
 
 
-class ReToolConfig(EnvConfig):
+class ReToolConfig(EnvConfig, SettableStrings):
     """Math with a sandboxed Python interpreter (ReTool); answers graded in \\boxed{}."""
 
     env_name: ClassVar[str] = "retool"
     gym_name: ClassVar[str] = "ReTool"
+    splits: ClassVar[tuple[str, ...]] = ("train", *sorted(EVAL_SPLITS))
     default_renderer: ClassVar[RendererKind] = "continuation"
 
     protocol: Protocol = Field(
@@ -126,6 +132,19 @@ class ReToolConfig(EnvConfig):
     middle_max_chars: int = Field(256, ge=2)
     max_output_tokens: int = Field(256, ge=2)
     error_detail: ErrorDetail = "last_line"
+    tool_output: ToolOutput = Field(
+        "agentenvs",
+        description="agentenvs: stdout then the error, a hint when silent, our limit texts; "
+        "verl: stdout + stderr as they are, '' when silent, one fixed text on a timeout.",
+    )
+    call_rules: Literal["agentenvs", "verl"] = Field(
+        "agentenvs",
+        description="tool_call protocol. agentenvs: any unusable call is a malformed action "
+        "(on_malformed). verl: calls whose JSON cannot be read (or lacks name/arguments) are "
+        "skipped (no call left: the turn is final); an unknown tool or a call without code "
+        "gets the tool_error text and the episode goes on; code is taken from its first "
+        "```python fence, an empty program runs.",
+    )
     # ---- malformed actions ------------------------------------------------------------
     on_malformed: Literal["continue", "end"] = Field(
         "continue", description="After an unreadable or empty code block."
@@ -153,6 +172,7 @@ class ReToolConfig(EnvConfig):
     limits: Limits = Field(default_factory=lambda: Limits(max_turns=10))
 
     presets: ClassVar[dict[str, dict[str, Any]]] = {"verl_retool": VERL_RETOOL_PRESET}
+    string_table: ClassVar = STRINGS
 
     @model_validator(mode="after")
     def _consistent(self) -> ReToolConfig:
@@ -184,6 +204,9 @@ class ReToolConfig(EnvConfig):
             middle_max_chars=self.middle_max_chars,
             max_output_tokens=self.max_output_tokens,
             error_detail=self.error_detail,
+            empty_output=self.text("empty_output"),
+            style=self.tool_output,
+            timeout_output=self.text("timeout_output"),
         )
 
     # ---- tasks --------------------------------------------------------------------

@@ -26,7 +26,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
-from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.envs.errors import TransientError
 from agentenvs.envs.forking import copy_task_state
 from agentenvs.envs.retool import prompts
 from agentenvs.envs.retool.output import TokenCounter, render_result, truncate
@@ -36,6 +36,7 @@ from agentenvs.envs.retool.protocol import (
     code_action,
     interpreter_block,
     parse_action,
+    parse_tool_calls_verl,
     print_last_line,
     prose_text,
     tool_message,
@@ -64,8 +65,11 @@ HOSTILE_SNIPPETS = (
 )
 
 
-class SandboxFailure(AgentEnvsError, RuntimeError):
-    """The sandbox could not execute anything (a dead worker or server), after retries."""
+class SandboxFailure(TransientError, RuntimeError):
+    """The sandbox could not execute anything (a dead worker or server), after retries.
+
+    Transient: the collector retries the group on a fresh attempt, unlike an error in
+    the env's own code."""
 
 
 class ReToolEnv(TextEnv):
@@ -79,6 +83,11 @@ class ReToolEnv(TextEnv):
         self.max_turns = config.limits.max_turns
         self.turns = 0
         self.tool_calls = 0
+        self.tool_turns = 0
+        """Turns answered with tool messages (verl's user turns, which its shaping counts)."""
+        self._unshown = 0
+        """Interpreter outputs of the last step in ``_transcript``: never shown if a limit
+        ended the episode right after that step."""
         self.malformed_actions = 0
         self.exec_counts: dict[str, int] = {}
         self.output_truncations = 0
@@ -119,7 +128,9 @@ class ReToolEnv(TextEnv):
     def tools(self) -> list[dict[str, Any]] | None:
         if self.config.protocol == "retool":
             return None
-        return [tool_spec(prompts.TOOL_DESCRIPTION)]
+        return [
+            tool_spec(self.config.text("tool_description"), self.config.text("code_description"))
+        ]
 
     # ---- one action -----------------------------------------------------------------
     async def step(self, action_text: str, *, stop_reason: SamplerStopReason) -> TextStep:
@@ -127,8 +138,12 @@ class ReToolEnv(TextEnv):
         self.turns += 1
         self._texts.append(action_text)
         self._transcript.append(action_text)
+        self._unshown = 0
         last_turn = self.turns >= self.max_turns
-        parsed = parse_action(action_text, cfg.protocol)
+        if cfg.protocol == "tool_call" and cfg.call_rules == "verl":
+            parsed = parse_tool_calls_verl(action_text)
+        else:
+            parsed = parse_action(action_text, cfg.protocol)
         if parsed.kind == "code" and self._ended_before_running(action_text, stop_reason):
             parsed = dataclasses.replace(parsed, kind="final", codes=[])
 
@@ -153,21 +168,29 @@ class ReToolEnv(TextEnv):
             )
 
         codes = parsed.codes[: cfg.max_parallel_calls]  # None keeps them all
-        if self.tool_calls + len(codes) > cfg.max_tool_calls:
+        errors = (parsed.errors or [None] * len(parsed.codes))[: cfg.max_parallel_calls]
+        runnable = sum(1 for error in errors if error is None)
+        if self.tool_calls + runnable > cfg.max_tool_calls:
             if cfg.on_max_tool_calls == "end":
                 return self._finish(MAX_TOOL_CALLS)
             if last_turn:
                 return self._finish(MAX_TURNS)
-            return TextStep(self._tool_reply([prompts.MAX_CALLS_NOTE]))
+            return TextStep(self._tool_reply([cfg.text("max_calls_note")]))
         if last_turn:  # no turn left to read the output: do not run it
             return self._finish(MAX_TURNS)
 
         outputs, statuses = [], []
-        for code in codes:
+        for code, error in zip(codes, errors, strict=True):
+            if error is not None:  # verl answers a call it cannot run and goes on
+                outputs.append(cfg.text("tool_error").replace("{error}", error))
+                statuses.append("call_error")
+                continue
             text, status = await self._run(code)
             outputs.append(text)
             statuses.append(status)
         self._transcript.extend(outputs)
+        self._unshown = len(outputs)
+        self.tool_turns += 1
         return TextStep(self._tool_reply(outputs), logs={"exec_status": ",".join(statuses)})
 
     def _ended_before_running(self, action_text: str, stop_reason: SamplerStopReason) -> bool:
@@ -211,8 +234,8 @@ class ReToolEnv(TextEnv):
 
     def _nudge(self) -> str | Message:
         if self.config.protocol == "retool":
-            return f"\n\n{prompts.NO_ANSWER_NUDGE}\n\n"
-        return {"role": "user", "content": prompts.NO_ANSWER_NUDGE}
+            return f"\n\n{self.config.text('no_answer_nudge')}\n\n"
+        return {"role": "user", "content": self.config.text("no_answer_nudge")}
 
     # ---- execution ------------------------------------------------------------------
     async def _run(self, code: str) -> tuple[str, str]:
@@ -270,7 +293,7 @@ class ReToolEnv(TextEnv):
             graded.correct,
             correct_reward=cfg.correct_reward,
             incorrect_reward=cfg.incorrect_reward,
-            tool_calls=self.tool_calls,
+            tool_calls=self.tool_turns if cfg.call_rules == "verl" else self.tool_calls,
             shaping=cfg.tool_shaping,
             per_call=cfg.tool_shaping_per_call,
             cap=cfg.tool_shaping_cap,
@@ -288,9 +311,19 @@ class ReToolEnv(TextEnv):
     def on_limit(self, reason: str) -> TextStep | None:
         """A shared limit ended the episode: it ends like an unanswered one, and the
         final step still carries this episode's metrics (tool calls, sandbox time).
-        The wrong-answer reward comes from the limits (see ReToolConfig)."""
+        The wrong-answer reward comes from the limits (see ReToolConfig); the response
+        budget (``limits.max_response_tokens``) is the exception: verl grades what the
+        response holds when it runs out, so that ending is graded."""
         if self.stop_reason is not None:
             return None
+        if reason == StopReason.RESPONSE_BUDGET:
+            # verl grades the response its budget left, like any other: the outputs of
+            # the last step were never shown, so they are not part of it.
+            if self._unshown:
+                del self._transcript[-self._unshown :]
+                self.tool_turns -= 1
+                self._unshown = 0
+            return self._finish(reason)
         self.stop_reason = reason
         return TextStep(metrics=self.episode_metrics())
 

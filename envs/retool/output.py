@@ -21,6 +21,10 @@ from agentenvs.sandbox.base import ExecResult, ExecStatus
 
 Truncation = Literal["head_tail", "middle", "tokens", "none"]
 ErrorDetail = Literal["last_line", "traceback"]
+ToolOutput = Literal["agentenvs", "verl"]
+"""agentenvs: stdout, then the error (its last line or traceback), a hint when silent,
+our timeout/limit texts; verl: ``stdout + stderr`` as they are (``""`` when silent),
+and one fixed text on a timeout (``verl/tools/sandbox_fusion_tools.py``, ``execute_code``)."""
 
 MIDDLE_MARKER = "...(truncated)..."
 HEAD_TAIL_MARKER = "..."
@@ -41,10 +45,18 @@ class OutputPolicy:
     max_output_tokens: int = 256
     error_detail: ErrorDetail = "last_line"
     empty_output: str = "(no output; print() the values you want to see)"
+    style: ToolOutput = "agentenvs"
+    timeout_output: str = "(no output: the program was stopped at its time limit)"
 
 
 def render_result(result: ExecResult, policy: OutputPolicy, timeout: float) -> str:
     """The text of one execution, before truncation."""
+    if policy.style == "verl":
+        # SandboxFusion reports a timed-out run as not finished: verl sends its fixed
+        # text; any run that finished (whatever its exit code) is stdout + stderr.
+        if result.status == ExecStatus.TIMEOUT:
+            return policy.timeout_output
+        return result.stdout + result.stderr
     stdout = result.stdout.rstrip("\n")
     if result.status == ExecStatus.OK:
         text = stdout

@@ -8,6 +8,7 @@ system turn with ``system_prompt`` (an empty string drops it).
 from __future__ import annotations
 
 from agentenvs.envs.retool.protocol import Protocol
+from agentenvs.envs.strings import StringTable
 
 QUESTION_SLOT = "{question}"
 
@@ -44,6 +45,32 @@ TOOL_DESCRIPTION = (
 NO_ANSWER_NUDGE = "No final answer was given. Continue, and end with the answer in \\boxed{...}."
 
 MAX_CALLS_NOTE = "The code interpreter may not be used again; give the final answer now."
+
+CODE_DESCRIPTION = "Python source to run."
+
+EMPTY_OUTPUT = "(no output; print() the values you want to see)"
+
+TIMEOUT_OUTPUT = "(no output: the program was stopped at its time limit)"
+"""Under ``tool_output=verl``: the one text a timed-out run returns (verl returns a fixed
+text of its own there, without the run's partial output)."""
+
+TOOL_ERROR = "The tool call could not be run: {error}"
+"""Under ``call_rules=verl``: the tool message for a call to an unknown tool or without
+code (``{error}`` says which); the episode goes on, as in verl's tool agent loop."""
+
+STRINGS = StringTable(
+    defaults={
+        "tool_description": TOOL_DESCRIPTION,
+        "code_description": CODE_DESCRIPTION,
+        "empty_output": EMPTY_OUTPUT,
+        "timeout_output": TIMEOUT_OUTPUT,
+        "tool_error": TOOL_ERROR,
+        "no_answer_nudge": NO_ANSWER_NUDGE,
+        "max_calls_note": MAX_CALLS_NOTE,
+    },
+    field_names=frozenset({"system_prompt", "prompt_template"}),
+)
+"""Every text the model can read, by the name a strings file gives it (docs/retool.md)."""
 
 
 def system_prompt(protocol: Protocol, execution: str) -> str:

@@ -49,6 +49,8 @@ class ParsedAction:
     codes: list[str] = field(default_factory=list)
     problem: str = ""
     detail: str = ""
+    errors: list[str | None] = field(default_factory=list)
+    """``call_rules=verl``: per call, why it cannot run (None: it runs ``codes[i]``)."""
 
 
 def extract_fenced(block: str) -> str:
@@ -150,6 +152,45 @@ def _code_from_call(block: str) -> tuple[str | None, str]:
     return code, ""
 
 
+_HERMES_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_VERL_FENCE = re.compile(r"```python(.*?)```", re.DOTALL)
+
+
+def parse_tool_calls_verl(text: str) -> ParsedAction:
+    """verl's reading of Hermes tool calls (``HermesToolParser.extract_tool_calls``, then
+    ``ToolAgentLoop._call_tool`` and ``CustomSandboxFusionTool.execute``).
+
+    A block whose JSON cannot be read or lacks ``name``/``arguments`` is skipped; no
+    call left makes the turn final. A call to another tool, or without string ``code``,
+    is kept with an error (answered with the tool_error text). The code is the stripped
+    body of its first ```python fence, else the string as it is; empty code runs."""
+    if CALL_OPEN not in text or CALL_CLOSE not in text:
+        return ParsedAction("final")
+    codes: list[str] = []
+    errors: list[str | None] = []
+    for block in _HERMES_CALL.findall(text):
+        try:
+            call = json.loads(block)
+            name, arguments = call["name"], call["arguments"]
+        except (json.JSONDecodeError, KeyError, TypeError, IndexError):
+            continue
+        error = None
+        if name != TOOL_NAME:
+            error = f"unknown tool {name!r}; the only tool is {TOOL_NAME}"
+        elif not isinstance(arguments, dict) or not isinstance(arguments.get("code"), str):
+            error = 'the arguments need a string field "code"'
+        code = ""
+        if error is None:
+            code = arguments["code"]
+            fenced = _VERL_FENCE.findall(code)
+            code = fenced[0].strip() if fenced else code
+        codes.append(code)
+        errors.append(error)
+    if not codes:
+        return ParsedAction("final")
+    return ParsedAction("code", codes=codes, errors=errors)
+
+
 _CODE_SPANS = {
     "retool": re.compile(r"<code>.*?(?:</code>|\Z)", re.DOTALL),
     "tool_call": re.compile(r"<tool_call>.*?(?:</tool_call>|\Z)", re.DOTALL),
@@ -200,7 +241,7 @@ def code_action(code: str, lead: str = "", protocol: Protocol = "retool") -> str
     return f"{lead}{CALL_OPEN}\n{call}\n{CALL_CLOSE}"
 
 
-def tool_spec(description: str) -> dict[str, Any]:
+def tool_spec(description: str, code_description: str = "Python source to run.") -> dict[str, Any]:
     """The JSON-schema tool handed to the chat template (OpenAI function format)."""
     return {
         "type": "function",
@@ -209,7 +250,7 @@ def tool_spec(description: str) -> dict[str, Any]:
             "description": description,
             "parameters": {
                 "type": "object",
-                "properties": {"code": {"type": "string", "description": "Python source to run."}},
+                "properties": {"code": {"type": "string", "description": code_description}},
                 "required": ["code"],
             },
         },

@@ -10,16 +10,25 @@ import asyncio
 import json
 import shutil
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agentenvs.envs.search_r1.corpus import CorpusError, resolve_corpus
-from agentenvs.envs.search_r1.retrievers import build_index, make_retriever
-from agentenvs.envs.search_r1.retrievers.base import RetrieverError
-from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
+if TYPE_CHECKING:
+    from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
+
+# The retriever modules (pydantic configs, backends) are imported inside the commands:
+# the main CLI mounts this app, so anything imported here is paid by every command.
+
+
+def _errors() -> tuple[type[Exception], ...]:
+    from agentenvs.envs.search_r1.corpus import CorpusError
+    from agentenvs.envs.search_r1.retrievers.base import RetrieverError
+
+    return RetrieverError, CorpusError
+
 
 app = typer.Typer(
     help="Search-R1 retrievers: build an index, serve it over HTTP, try a query.",
@@ -43,6 +52,8 @@ def _config(
 ) -> RetrieverConfig:
     if backend not in ("bm25", "lucene", "dense"):
         raise typer.BadParameter(f"unknown backend {backend!r}; choose bm25, lucene or dense")
+    from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
+
     fields = {k: v for k, v in extra.items() if v is not None}
     return RetrieverConfig(
         kind=backend,  # type: ignore[arg-type]
@@ -75,6 +86,9 @@ def index(
     ] = "porter",
 ) -> None:
     """Build a backend's index from a corpus JSONL, with a progress bar."""
+    from agentenvs.envs.search_r1.corpus import resolve_corpus
+    from agentenvs.envs.search_r1.retrievers import build_index
+
     cfg = _config(backend, corpus, None, model=model, stemmer=stemmer)
     source = resolve_corpus(cfg.corpus)
     if not source.is_file():
@@ -88,7 +102,7 @@ def index(
         task = progress.add_task("index", total=total)
         try:
             built = build_index(cfg, out, lambda n: progress.advance(task, n))
-        except (RetrieverError, CorpusError) as err:
+        except _errors() as err:
             if created:  # leave no half-written index behind
                 shutil.rmtree(out, ignore_errors=True)
             raise _fail(str(err)) from None
@@ -108,6 +122,7 @@ def serve(
     batch_wait_ms: Annotated[float, typer.Option(help="Wait for more queries (ms).")] = 2.0,
 ) -> None:
     """Serve POST /retrieve (Search-R1's contract) over a local backend."""
+    from agentenvs.envs.search_r1.retrievers import make_retriever
     from agentenvs.envs.search_r1.server import serve as run_server
 
     cfg = _config(
@@ -116,7 +131,7 @@ def serve(
     )  # fmt: skip
     try:
         retriever = make_retriever(cfg)
-    except (RetrieverError, CorpusError) as err:
+    except _errors() as err:
         raise _fail(str(err)) from None
     console.print(f"serving {backend} on http://{host}:{port}/retrieve")
     run_server(retriever, cfg, host=host, port=port)
@@ -134,6 +149,9 @@ def query(
     topk: Annotated[int, typer.Option(help="Passages per query.")] = 3,
 ) -> None:
     """Search and print the hits as JSON lines (a quick check of an index or server)."""
+    from agentenvs.envs.search_r1.retrievers import make_retriever
+    from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
+
     if backend == "http":
         cfg = RetrieverConfig(kind="http", topk=topk, **({"url": url} if url else {}))
     else:
@@ -148,7 +166,7 @@ def query(
 
     try:
         found = asyncio.run(run())
-    except (RetrieverError, CorpusError) as err:
+    except _errors() as err:
         raise _fail(str(err)) from None
     for q, hits in zip(queries, found, strict=True):
         rows = [{"id": p.id, "score": p.score, "contents": p.contents} for p in hits]
@@ -156,4 +174,7 @@ def query(
 
 
 if __name__ == "__main__":
+    from agentenvs.rollout.cli import quiet_logging
+
+    quiet_logging()
     app()

@@ -20,38 +20,45 @@ from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
 from agentenvs.envs.search_r1.env import SearchR1Env
+from agentenvs.envs.search_r1.prompts import STRINGS
 from agentenvs.envs.search_r1.protocol import (
     Protocol,
     TokenCounter,
     approximate_counter,
     tokenizer_counter,
 )
-from agentenvs.envs.search_r1.questions import QATask, load_tasks, shipped_tasks
+from agentenvs.envs.search_r1.questions import SPLIT_ALIASES, QATask, load_tasks, shipped_tasks
 from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
-from agentenvs.envs.search_r1.reward import RewardMode
+from agentenvs.envs.search_r1.reward import AnswerScope, RewardMode
+from agentenvs.envs.strings import SettableStrings
 
 SEARCH_R1_PRESET: dict[str, Any] = {
     # PeterGriffinJin/Search-R1 train_grpo.sh / train_ppo.sh and llm_agent/generation.py;
     # docs/search_r1.md has the table with each value's source.
     "protocol": "tags",
     "renderer": "continuation",
-    "max_turns": 2,
+    "max_turns": 4,
     "max_obs_tokens": 500,
     "retriever": {"topk": 3},
     "reward": "em",
+    "answer_scope": "prompt_and_response",
+    "last_turn_hint": False,
     "parse_point": "first_stop",
     "obs_truncation": "cut_end",
-    "limits": {"on_truncated_action": "pass"},
+    "limits": {"on_truncated_action": "pass", "max_tokens_per_turn": 500},
 }
 """Search-R1's own behaviour. Robustness (query errors, surrogates, dropped queries)
-is not a knob here: it stays ours under every preset."""
+is not a knob here: it stays ours under every preset. The retriever stays ours too
+(bm25 over the shipped corpus; the paper's e5-base-v2 over wiki-18 needs a model and an
+index we do not download): docs/search_r1.md says how to point it at the paper's."""
 
 
-class SearchR1Config(EnvConfig):
+class SearchR1Config(EnvConfig, SettableStrings):
     """Search-R1: reason, search a corpus, answer (exact-match reward)."""
 
     env_name: ClassVar[str] = "search_r1"
     gym_name: ClassVar[str] = "SearchR1"
+    splits: ClassVar[tuple[str, ...]] = ("train", "test", *SPLIT_ALIASES)
     default_renderer: ClassVar[RendererKind] = "continuation"
 
     protocol: Protocol = Field(
@@ -106,7 +113,20 @@ class SearchR1Config(EnvConfig):
         "end: finish the episode with stop reason retrieval_error and reward 0.",
     )
 
+    answer_scope: AnswerScope = Field(
+        "actions",
+        description="actions: score the last <answer> of the model's own text; "
+        "prompt_and_response: Search-R1's rule (qa_em.extract_solution): the last <answer> of "
+        "prompt + actions + retrieved blocks, and none unless there are at least two.",
+    )
+    last_turn_hint: bool = Field(
+        True,
+        description="Tell the model on the observation before its last turn that no searches "
+        "remain (Search-R1 sends no such hint).",
+    )
+
     presets: ClassVar[dict[str, dict[str, Any]]] = {"search_r1": SEARCH_R1_PRESET}
+    string_table: ClassVar = STRINGS
 
     @model_validator(mode="after")
     def _check(self) -> SearchR1Config:

@@ -62,6 +62,9 @@ class SearchR1Env(TextEnv):
         self.truncated = 0
         self.query_errors = 0
         self.actions: list[str] = []
+        self.transcript: list[str] = []
+        """Actions and the observations shown after them, in order: the response text
+        Search-R1's reward reads (``answer_scope=prompt_and_response``)."""
         self.well_formed = True
         self.seen: list[str] = []  # raw text of each search's passages, for the oracle
 
@@ -95,7 +98,10 @@ class SearchR1Env(TextEnv):
         return ["</answer>"] if self.final_turn else ["</search>", "</answer>"]
 
     def tools(self) -> list[dict[str, Any]] | None:
-        return [prompts.SEARCH_TOOL] if self.tool_protocol else None
+        if not self.tool_protocol:
+            return None
+        text = self.config.text
+        return [prompts.search_tool(text("tool_description"), text("tool_query_description"))]
 
     @property
     def final_turn(self) -> bool:
@@ -106,9 +112,13 @@ class SearchR1Env(TextEnv):
         if self.config.parse_point == "first_stop" and not self.tool_protocol:
             action_text = cut_at_first_stop(action_text)
         self.actions.append(action_text)
+        self.transcript.append(action_text)
         if self.tool_protocol:
-            return await self._tool_step(action_text)
-        return await self._tags_step(action_text, stop_reason)
+            result = await self._tool_step(action_text)
+        else:
+            result = await self._tags_step(action_text, stop_reason)
+        self.transcript.append(_observation_text(result.observation))
+        return result
 
     async def _tags_step(self, text: str, stop_reason: SamplerStopReason) -> TextStep:
         action = parse_tags(text, stopped_on_sequence=stop_reason == "stop")
@@ -119,21 +129,22 @@ class SearchR1Env(TextEnv):
             return self._finish(StopReason.MAX_TURNS)
         self.turns_used += 1
         last = self.final_turn
-        suffix = prompts.LAST_TURN_HINT if last else ""
+        text = self.config.text
+        suffix = text("last_turn") if last and self.config.last_turn_hint else ""
         next_stop = ["</answer>"] if last else None
         if action.kind == "invalid":
             self.invalid += 1
             self.well_formed = False
             return TextStep(
-                prompts.INVALID_ACTION_HINT + suffix, next_stop=next_stop, metrics=self._metrics()
+                text("invalid_action") + suffix, next_stop=next_stop, metrics=self._metrics()
             )
         try:
             hits = (await self._search([action.content]))[0]
         except QueryRejected as err:
-            return self._query_rejected(err, prompts.QUERY_REJECTED + suffix, next_stop)
+            return self._query_rejected(err, text("query_rejected") + suffix, next_stop)
         except RetrieverError as err:
             return self._retrieval_failed(err)
-        body = format_passages(hits) if hits else prompts.NO_RESULTS
+        body = format_passages(hits) if hits else text("no_results")
         observation = self._information(body, suffix)
         return TextStep(observation, next_stop=next_stop, metrics=self._metrics())
 
@@ -145,15 +156,13 @@ class SearchR1Env(TextEnv):
         if self.final_turn:
             return self._finish(StopReason.MAX_TURNS)
         self.turns_used += 1
-        hint: list[Message] = (
-            [{"role": "user", "content": prompts.LAST_TURN_TOOL_HINT}] if self.final_turn else []
-        )
+        text = self.config.text
+        last_hint = text("last_turn_tool") if self.final_turn and self.config.last_turn_hint else ""
+        hint: list[Message] = [{"role": "user", "content": last_hint}] if last_hint else []
         if turn.kind == "invalid":
             self.invalid += 1
             self.well_formed = False
-            message = prompts.INVALID_TOOL_HINT
-            if self.final_turn:
-                message += " " + prompts.LAST_TURN_TOOL_HINT
+            message = " ".join(filter(None, [text("invalid_tool"), last_hint]))
             return TextStep({"role": "user", "content": message}, metrics=self._metrics())
         valid = [call for call in turn.calls if call.error is None]
         if len(valid) < len(turn.calls):
@@ -164,9 +173,7 @@ class SearchR1Env(TextEnv):
         try:
             found = await self._search(queries) if queries else []
         except QueryRejected as err:
-            message = prompts.QUERY_REJECTED_TOOL
-            if self.final_turn:
-                message += " " + prompts.LAST_TURN_TOOL_HINT
+            message = " ".join(filter(None, [text("query_rejected_tool"), last_hint]))
             return self._query_rejected(err, {"role": "user", "content": message}, None)
         except RetrieverError as err:
             return self._retrieval_failed(err)
@@ -194,9 +201,8 @@ class SearchR1Env(TextEnv):
         def wrap(body: str) -> str:
             return tool_result_json(body, note)
 
-        content, cut = fit_to_budget(
-            tool_result_body(hits), wrap, self.config.max_obs_tokens, self.count_tokens
-        )
+        body = tool_result_body(hits, self.config.text("no_results"))
+        content, cut = fit_to_budget(body, wrap, self.config.max_obs_tokens, self.count_tokens)
         self.truncated += cut
         return content
 
@@ -228,10 +234,23 @@ class SearchR1Env(TextEnv):
             "obs_truncated": self.truncated,
         }
 
+    def scored_text(self) -> tuple[str, int]:
+        """The text the reward reads and how many ``<answer>`` blocks it must hold.
+
+        ``prompt_and_response`` is Search-R1's ``solution_str`` (the decoded prompt and
+        response, retrieved blocks included: ``verl/trainer/main_ppo.py`` ``RewardManager``)
+        read by ``qa_em.extract_solution`` (two blocks at least)."""
+        if self.config.answer_scope == "prompt_and_response":
+            prompt = "".join(str(m.get("content") or "") for m in self.initial_messages())
+            return prompt + "".join(self.transcript), 2
+        return "".join(self.actions), 1
+
     def _finish(self, reason: str) -> TextStep:
+        text, min_blocks = self.scored_text()
         score = score_response(
-            "".join(self.actions),
+            text,
             self.task.golden_answers,
+            min_blocks=min_blocks,
             mode=self.config.reward,
             well_formed=self.well_formed and reason == StopReason.COMPLETED,
             format_weight=self.config.format_weight,
@@ -316,3 +335,13 @@ class SearchR1Env(TextEnv):
 
     def _answer_text(self, answer: str) -> str:
         return f"<think>I can answer now.</think>\n<answer> {answer} </answer>"
+
+
+def _observation_text(observation: str | Message | list[Message] | None) -> str:
+    """The text of an observation as it joins the response (message contents in order)."""
+    if observation is None:
+        return ""
+    if isinstance(observation, str):
+        return observation
+    messages = [observation] if isinstance(observation, dict) else observation
+    return "".join(str(m.get("content") or "") for m in messages)

@@ -5,7 +5,10 @@ A template is any text with a ``{question}`` field (other braces are kept as wri
 
 from __future__ import annotations
 
+import copy
 from typing import Any
+
+from agentenvs.envs.strings import StringTable
 
 TAGS_PROMPT = (
     "Answer the question below. You have a search engine over an encyclopedia.\n"
@@ -73,6 +76,33 @@ SEARCH_TOOL: dict[str, Any] = {
         },
     },
 }
+
+
+STRINGS = StringTable(
+    defaults={
+        "invalid_action": INVALID_ACTION_HINT,
+        "invalid_tool": INVALID_TOOL_HINT,
+        "last_turn": LAST_TURN_HINT,
+        "last_turn_tool": LAST_TURN_TOOL_HINT,
+        "no_results": NO_RESULTS,
+        "query_rejected": QUERY_REJECTED,
+        "query_rejected_tool": QUERY_REJECTED_TOOL,
+        "tool_description": SEARCH_TOOL["function"]["description"],
+        "tool_query_description": SEARCH_TOOL["function"]["parameters"]["properties"]["query_list"][
+            "description"
+        ],
+    },
+    field_names=frozenset({"system_prompt", "prompt_template"}),
+)
+"""Every text the model can read, by the name a strings file gives it (docs/search_r1.md)."""
+
+
+def search_tool(description: str, query_description: str) -> dict[str, Any]:
+    """The search tool's schema with the given descriptions."""
+    tool = copy.deepcopy(SEARCH_TOOL)
+    tool["function"]["description"] = description
+    tool["function"]["parameters"]["properties"]["query_list"]["description"] = query_description
+    return tool
 
 
 def render_prompt(template: str, question: str) -> str:

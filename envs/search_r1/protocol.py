@@ -182,8 +182,8 @@ def format_passages_verl(passages: list[Passage]) -> str:
     return "".join(parts).strip()
 
 
-def tool_result_body(results: list[list[Passage]]) -> str:
-    blocks = [format_passages_verl(hits) if hits else NO_RESULTS for hits in results]
+def tool_result_body(results: list[list[Passage]], no_results: str = NO_RESULTS) -> str:
+    blocks = [format_passages_verl(hits) if hits else no_results for hits in results]
     return "\n---\n".join(blocks)
 
 

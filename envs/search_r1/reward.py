@@ -1,7 +1,8 @@
 """Answer scoring: SQuAD-normalised exact match, token F1, and a format-aware variant.
 
-The scored answer is the *last* ``<answer>...</answer>`` in the model's own text (the
-actions of the episode, never the retrieved passages), as in Search-R1. Normalisation
+By default the scored answer is the *last* ``<answer>...</answer>`` in the model's own
+text (the actions of the episode, never the retrieved passages); ``answer_scope=
+prompt_and_response`` applies Search-R1's own rule instead (see :data:`AnswerScope`). Normalisation
 is SQuAD's: lower-case, drop punctuation, drop the articles a/an/the, collapse
 whitespace. A prediction is right when it matches any golden answer.
 """
@@ -16,6 +17,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 RewardMode = Literal["em", "f1", "format"]
+AnswerScope = Literal["actions", "prompt_and_response"]
+"""Where the scored ``<answer>`` is looked for: ``actions``, the model's own text (ours);
+``prompt_and_response``, Search-R1's rule: the prompt, the actions and the retrieved
+blocks in order, and an answer only when that text holds at least two blocks."""
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -28,10 +33,13 @@ def normalize_answer(text: str) -> str:
     return " ".join(text.split())
 
 
-def extract_answer(response: str) -> str | None:
-    """The content of the last ``<answer>`` block, stripped; None if there is none."""
+def extract_answer(response: str, *, min_blocks: int = 1) -> str | None:
+    """The content of the last ``<answer>`` block, stripped; None when there are fewer
+    than ``min_blocks`` blocks (Search-R1 asks for two over prompt+response:
+    ``qa_em.extract_solution``, so a prompt's own example block is never the answer
+    alone)."""
     matches = _ANSWER.findall(response)
-    return matches[-1].strip() if matches else None
+    return matches[-1].strip() if len(matches) >= max(1, min_blocks) else None
 
 
 def exact_match(prediction: str, golden: Sequence[str]) -> float:
@@ -71,6 +79,7 @@ def score_response(
     mode: RewardMode = "em",
     well_formed: bool = True,
     format_weight: float = 0.2,
+    min_blocks: int = 1,
 ) -> Score:
     """Score an episode's text.
 
@@ -80,7 +89,7 @@ def score_response(
     one, and 0 otherwise (this project's own weighting, in the spirit of Search-R1's
     format-aware reward).
     """
-    answer = extract_answer(response)
+    answer = extract_answer(response, min_blocks=min_blocks)
     em = exact_match(answer, golden) if answer is not None else 0.0
     f1 = token_f1(answer, golden) if answer is not None else 0.0
     formed = well_formed and answer is not None

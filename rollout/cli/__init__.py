@@ -8,7 +8,8 @@ made a mistake or hit an outage, and the message should say which.
 Exit codes: 0 success, 1 the run happened but groups failed, 2 bad input.
 Heavy imports happen inside the commands so ``agentenvs --help`` stays instant.
 
-One module per command group (``listing``, ``rollout``, ``view``, ``check``, ``demo``); this
+One module per command group (``listing``, ``rollout``, ``view``, ``check``, ``demo``,
+``preset``); this
 module makes the app and registers their commands in the order ``--help`` shows them.
 Shared parsing and error handling live in ``common``.
 The sandbox and retriever command groups live with their packages and are mounted here.
@@ -21,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from agentenvs.rollout.cli import check, demo, listing, rollout, view
+from agentenvs.rollout.cli import check, demo, listing, preset, rollout, view
 from agentenvs.rollout.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED_GROUPS,
@@ -32,7 +33,7 @@ from agentenvs.rollout.cli.common import (
     parse_value,
 )
 from agentenvs.rollout.cli.listing import EnvRow, registered_envs
-from agentenvs.rollout.cli.rollout import RolloutRun, run_rollout
+from agentenvs.rollout.cli.rollout_run import RolloutRun, run_rollout
 
 app = typer.Typer(
     name="agentenvs",
@@ -70,11 +71,12 @@ def _options(
 
 
 app.command("list")(listing.list_command)
-app.command("rollout")(rollout.rollout_command)
+app.command("rollout", epilog=preset.presets_epilog())(rollout.rollout_command)
 app.command("view")(view.view_command)
 app.command("check")(check.check_command)
 app.command("check-template")(check.check_template_command)
 app.command("demo")(demo.demo_command)
+app.add_typer(preset.app, name="preset")
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -132,7 +134,16 @@ def mount_subapps(main_app: typer.Typer) -> list[str]:
 mount_subapps(app)
 
 
+def quiet_logging() -> None:
+    """Warnings and errors on stderr, nothing below, whatever a library sets its own
+    logger to (bm25s turns its logger up to DEBUG when imported): the level is on the
+    handler, not only on the root logger."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(logging.WARNING)
+
+
 def main() -> None:
     """The ``agentenvs`` console script."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    quiet_logging()
     app()

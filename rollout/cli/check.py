@@ -69,6 +69,18 @@ def check_command(
             metavar="STORE", help="For a samples file: the trajectory store it was made from."
         ),
     ] = None,
+    rescore: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MODEL",
+            help="A local Hugging Face model directory: recompute every sampled token's "
+            "logprob and fail where the recorded one is outside the sampler dtype's noise.",
+        ),
+    ] = None,
+    rescore_dtype: Annotated[
+        str,
+        typer.Option(metavar="DTYPE", help="The sampler's dtype, which sets the tolerance."),
+    ] = "float32",
     drift: Annotated[
         Path | None,
         typer.Option(
@@ -77,9 +89,18 @@ def check_command(
             "disagreed with the trainer's weights of the version they claim.",
         ),
     ] = None,
+    card: Annotated[
+        str | None,
+        typer.Option(
+            metavar="PRESET",
+            help="Fail a store that drifted from the preset's reproduction card (config, "
+            "task panel and order, first prompts, chat template, oracle reward band).",
+        ),
+    ] = None,
 ) -> None:
     """Check that a run's data lines up before training on it; exit 1 on any failure."""
     from agentenvs.rollout.inspect.check import check_file, check_records, file_kind
+    from agentenvs.rollout.inspect.rescore import load_rescorer
     from agentenvs.rollout.weights.drift import read_drift
 
     with friendly_errors():
@@ -92,6 +113,10 @@ def check_command(
         except (OSError, UnicodeDecodeError, ValueError) as error:
             raise CLIError(one_line(str(error))) from None
         try:
+            rescorer = load_rescorer(rescore, rescore_dtype) if rescore else None
+        except (OSError, ValueError) as error:
+            raise CLIError(f"cannot rescore with {rescore!r}: {one_line(str(error))}") from None
+        try:
             if kind == "trajectories":
                 contents = read_store_warning(file)  # torn lines: one warning each
                 tok, _ = load_view_tokenizer(contents.records, tokenizer)
@@ -103,16 +128,26 @@ def check_command(
                     max_staleness=max_staleness,
                     text_trainer=text_trainer,
                     drift=read_drift(drift) if drift is not None else None,
+                    every_line=contents.records,  # a group stored twice is caught
+                    rescorer=rescorer,
                 )
                 if contents.problems:
                     report.stats["skipped_lines"] = len(contents.problems)
+                if card is not None:
+                    from agentenvs.rollout.presets.card import card_findings
+
+                    report.findings += card_findings(contents.latest(), card, tok)
             else:
+                if card is not None:
+                    raise CLIError("--card compares a trajectory store, not a samples file")
                 report = check_file(
                     file,
+                    tokenizer=load_tokenizer_or_fail(tokenizer) if tokenizer else None,
                     current_version=current_version,
                     max_staleness=max_staleness,
                     text_trainer=text_trainer,
                     reference=store,
+                    rescorer=rescorer,
                 )
         except (ValueError, KeyError) as error:
             text = one_line(str(error))

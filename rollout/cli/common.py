@@ -82,8 +82,9 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
 
 
 @contextmanager
-def friendly_errors() -> Iterator[None]:
-    """Turn the errors a user can cause into one line and exit code 2."""
+def friendly_errors(*, debug: bool = False) -> Iterator[None]:
+    """Turn the errors a user can cause into one line and exit code 2; with ``debug``
+    (``--debug``), print each one's traceback first."""
     from agentenvs.envs.registry import EnvConfigError, UnknownEnvError
     from agentenvs.rollout.collect.run_identity import RunMismatchError
     from agentenvs.rollout.collect.store import StoreError
@@ -93,14 +94,21 @@ def friendly_errors() -> Iterator[None]:
     known = (CLIError, EnvConfigError, UnknownEnvError, ViewerError, PolicyError, StoreError)
     try:
         yield
-    except (*known, RunMismatchError) as error:
+    except (*known, RunMismatchError, OSError) as error:
+        if debug:
+            import traceback
+
+            err.print("".join(traceback.format_exception(error)).rstrip(), markup=False)
+        if isinstance(error, OSError):
+            raise fail(_os_error_message(error)) from None
         raise fail(str(error)) from None
-    except FileNotFoundError as error:
-        message = str(error) if error.filename is None else f"{error.filename}: no such file"
-        raise fail(message) from None
-    except OSError as error:
-        where = f"{error.filename}: " if error.filename else ""
-        raise fail(f"{where}{error.strerror or error}") from None
+
+
+def _os_error_message(error: OSError) -> str:
+    if isinstance(error, FileNotFoundError):
+        return str(error) if error.filename is None else f"{error.filename}: no such file"
+    where = f"{error.filename}: " if error.filename else ""
+    return f"{where}{error.strerror or error}"
 
 
 def one_line(text: str) -> str:

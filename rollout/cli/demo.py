@@ -61,7 +61,7 @@ def run_one(
     group_size: int,
     group_timeout: float,
 ) -> DemoOutcome:
-    from agentenvs.rollout.cli.rollout import run_rollout
+    from agentenvs.rollout.cli.rollout_run import run_rollout
     from agentenvs.rollout.inspect.viewer import load_records, render_html
 
     jsonl = out_dir / f"demo-{env_name}.jsonl"
@@ -164,27 +164,32 @@ def run_demo(
 
 
 def outcome_table(outcomes: list[DemoOutcome]) -> Table:
-    table = Table(title="agentenvs demo")
-    table.add_column("env", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("groups ok", justify="right")
-    table.add_column("failed", justify="right")
-    table.add_column("episodes", justify="right")
-    table.add_column("reward", justify="right")
-    table.add_column("stop reasons", overflow="fold")
-    table.add_column("time", justify="right")
+    """One row per environment. Nothing is split mid-word at 80 columns: numbers and
+    names never wrap, and stop reasons go one per line (``completed: 8``)."""
+    from rich import box
+
+    stop_lines = [
+        [f"{k}: {v}" for k, v in (o.summary.get("stop_reasons") or {}).items()] for o in outcomes
+    ]
+    widest_stop = max((len(line) for lines in stop_lines for line in lines), default=1)
+    table = Table(title="agentenvs demo", box=box.SIMPLE_HEAD, padding=(0, 0))
+    for name in ("env", "status"):
+        table.add_column(name, no_wrap=True)
+    for name in ("ok", "failed", "episodes", "reward"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("stop reasons", no_wrap=True, min_width=widest_stop)
+    table.add_column("time", justify="right", no_wrap=True)
     styles = {"ok": "green", "failed": "red", "error": "red", "unavailable": "yellow"}
-    for o in outcomes:
+    for o, stops in zip(outcomes, stop_lines, strict=True):
         s = o.summary
-        stops = ", ".join(f"{k}: {v}" for k, v in (s.get("stop_reasons") or {}).items())
         table.add_row(
             o.env,
             Text(o.status, style=styles.get(o.status, "")),
             str(s.get("ok", "-")),
             str(s.get("failed", "-")),
             str(s.get("trajectories", "-")),
-            f"{s['mean_reward']:.3f}" if "mean_reward" in s else "-",
-            Text(stops or "-"),
+            "-" if s.get("mean_reward") is None else f"{s['mean_reward']:.3f}",
+            Text("\n".join(stops) or "-"),
             f"{o.seconds:.1f}s" if o.seconds else "-",
         )
     return table

@@ -1,18 +1,16 @@
-"""``agentenvs rollout``: collect GROUPS x GROUP_SIZE episodes into a resumable store, and
-:func:`run_rollout`, the same run callable from Python (the demo uses it)."""
+"""``agentenvs rollout``: collect GROUPS x GROUP_SIZE episodes into a resumable store (the
+flags; the run itself is :func:`agentenvs.rollout.cli.rollout_run.run_rollout`)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
+from agentenvs.rollout.cli import preflight, run_report
 from agentenvs.rollout.cli import tree_options as trees
 from agentenvs.rollout.cli.common import (
     EXIT_FAILED_GROUPS,
@@ -20,140 +18,11 @@ from agentenvs.rollout.cli.common import (
     err,
     fail,
     friendly_errors,
-    load_tokenizer_or_fail,
-    one_line,
     out,
     parse_assignments,
-    resolve_tokenizer_spec,
 )
-from agentenvs.rollout.cli.policy_warnings import collapsed_policy_warnings
-from agentenvs.rollout.cli.run_provenance import run_provenance
-from agentenvs.rollout.cli.summary import summary_table, throughput
-
-if TYPE_CHECKING:
-    from agentenvs.envs.config import EnvConfig
-    from agentenvs.rollout.collect.collector import CollectionResult
-
-
-@dataclass
-class RolloutRun:
-    env_name: str
-    config: EnvConfig
-    result: CollectionResult
-    summary: dict[str, Any]
-    out: Path
-
-
-def make_policy_or_fail(name: str, options: dict[str, Any]) -> Any:
-    from agentenvs.rollout.policies import make_policy
-
-    try:
-        return make_policy(name, **options)
-    except (ValueError, TypeError, FileNotFoundError) as error:
-        raise CLIError(one_line(str(error))) from None
-
-
-def run_rollout(
-    env_name: str,
-    *,
-    config_overrides: dict[str, Any] | None = None,
-    tokenizer_spec: str | None = None,
-    policy_name: str = "scripted",
-    policy_options: dict[str, Any] | None = None,
-    groups: int = 4,
-    group_size: int = 2,
-    concurrency: int = 8,
-    out_path: str | Path,
-    retries: int = 1,
-    group_timeout: float | None = None,
-    split: str = "train",
-    progress: bool = True,
-    tokenizer: Any = None,
-    new_run: bool = False,
-    tree: trees.BranchSchedule | None = None,
-    executor: str = "in-process",
-    ray_address: str | None = None,
-) -> RolloutRun:
-    """What ``agentenvs rollout`` does, callable from Python (the demo uses it); with
-    ``tree``, as tree rollouts."""
-    from agentenvs.envs.registry import make
-    from agentenvs.rollout.collect.collector import collect, summarize
-    from agentenvs.rollout.collect.options import OptionError, check_at_least, check_collect_options
-    from agentenvs.rollout.collect.store import TrajectoryStore
-    from agentenvs.rollout.policies.base import ClosablePolicy
-
-    try:  # the collector's own checks, the options spelled as flags
-        check_at_least("groups", groups, 1)
-        check_at_least("group_size", group_size, 1)
-        check_collect_options(concurrency=concurrency, retries=retries, group_timeout=group_timeout)
-    except OptionError as error:
-        raise CLIError(error.as_flag()) from None
-    config = make(env_name, **(config_overrides or {}))
-    options = dict(policy_options or {})
-    spec = resolve_tokenizer_spec(tokenizer_spec, policy_name, options)
-    if tokenizer is None:
-        tokenizer = load_tokenizer_or_fail(spec)
-    if policy_name in ("hf", "openai", "interactive") and "tokenizer" not in options:
-        options["tokenizer"] = tokenizer  # the policy must tokenize as the env renders
-    policy = make_policy_or_fail(policy_name, options)
-    try:
-        dataset = config.dataset(tokenizer, group_size=group_size, n_groups=groups, split=split)
-    except ValueError as error:
-        raise CLIError(one_line(str(error))) from None
-    builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
-    builders = trees.as_trees(builders, tree)
-    provenance = run_provenance(
-        tokenizer=tokenizer,
-        tokenizer_spec=spec,
-        env_name=env_name,
-        config=config,
-        policy=policy,
-        policy_name=policy_name,
-        policy_options=options,
-    )
-    out_path = Path(out_path)
-    from agentenvs.rollout.collect.executors.choice import make_executor
-
-    try:
-        chosen = make_executor(
-            executor, ray_address=ray_address, policy_name=policy_name, policy_options=options
-        )
-    except (ValueError, ImportError) as error:
-        raise CLIError(one_line(str(error))) from None
-
-    async def go() -> CollectionResult:
-        try:
-            return await collect(
-                builders,
-                policy,
-                concurrency=concurrency,
-                retries=retries,
-                group_timeout=group_timeout,
-                store=TrajectoryStore(out_path),
-                env_name=env_name,
-                env_config=config.model_dump(mode="json"),
-                provenance=provenance,
-                progress=progress,
-                new_run=new_run,
-                executor=chosen,
-            )
-        finally:
-            await chosen.close()
-            if isinstance(policy, ClosablePolicy):
-                await policy.aclose()
-
-    started = time.monotonic()
-    with collapsed_policy_warnings(err):
-        result = asyncio.run(go())
-    elapsed = time.monotonic() - started
-    summary = {
-        **summarize(result.records),
-        **trees.tree_summary(result.records, tree),
-        "skipped": result.skipped,
-        "out": str(out_path),
-        **throughput(result.records, elapsed),
-    }
-    return RolloutRun(env_name, config, result, summary, out_path)
+from agentenvs.rollout.cli.rollout_run import RolloutRun, run_rollout
+from agentenvs.rollout.cli.summary import summary_table
 
 
 @trees.with_tree_options
@@ -251,20 +120,33 @@ def rollout_command(
     url: Annotated[
         str | None,
         typer.Option(
-            metavar="URL", help="SandboxFusion URL with --sandbox sandboxfusion (sandbox.url)."
+            metavar="URL",
+            help="The policy server's URL with --policy openai (--policy-opt url=...); "
+            "SandboxFusion's with --sandbox sandboxfusion (sandbox.url).",
         ),
     ] = None,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", help="Print tracebacks: of the first failed group, and of any error."
+        ),
+    ] = False,
 ) -> None:
     """Run GROUPS groups of GROUP_SIZE episodes of ENV with a policy; store them as JSONL."""
-    with friendly_errors():
+    out_path = out_file or Path("out") / f"{env}.jsonl"
+    with friendly_errors(debug=debug):
         sandbox_sets = [f"sandbox.backend={sandbox}"] if sandbox else []
-        if url:
-            sandbox_sets.append(f"sandbox.url={url}")
-        overrides = parse_assignments([*(sets or []), *sandbox_sets], "--set")
+        url_sets, policy_url = preflight.route_url(url, policy=policy, sandbox=sandbox)
+        overrides = parse_assignments([*(sets or []), *sandbox_sets, *url_sets], "--set")
         if renderer is not None:
             overrides["renderer"] = renderer
         options = parse_assignments(policy_opts or [], "--policy-opt")
-        run = run_rollout(
+        if policy_url is not None:
+            if "url" in options:
+                raise CLIError("--url and --policy-opt url=... both name the policy server")
+            options["url"] = policy_url
+        run = _interruptible(
+            out_path,
             env,
             config_overrides=overrides,
             tokenizer_spec=tokenizer,
@@ -273,7 +155,6 @@ def rollout_command(
             groups=groups,
             group_size=group_size,
             concurrency=concurrency,
-            out_path=out_file or Path("out") / f"{env}.jsonl",
             retries=retries,
             group_timeout=group_timeout,
             split=split,
@@ -290,9 +171,25 @@ def rollout_command(
         out.print(summary_table(run.summary, f"{env}: {policy} policy"))
     failed = run.result.failed
     if failed:
-        first = one_line(failed[0].error or "unknown error")
-        raise fail(
-            f"{len(failed)} of {len(run.result.records)} groups failed "
-            f"(stored as failed; a rerun retries them). First: {first}",
-            EXIT_FAILED_GROUPS,
+        if debug:
+            run_report.print_traceback(err, failed[0])
+        message = run_report.failed_groups_message(
+            run.result.records, len(run.result.records), debug=debug
         )
+        raise fail(message, EXIT_FAILED_GROUPS)
+
+
+EXIT_INTERRUPTED = 130
+"""What a shell reports for a command ended by Ctrl-C (128 + SIGINT)."""
+
+
+def _interruptible(out_path: Path, env_name: str, **arguments: Any) -> RolloutRun:
+    """:func:`run_rollout`; Ctrl-C ends it with what was stored and how to resume."""
+    try:
+        return run_rollout(env_name, out_path=out_path, **arguments)
+    except KeyboardInterrupt:
+        from agentenvs.rollout.collect.store import TrajectoryStore
+
+        stored = len(TrajectoryStore(out_path).keys()) if out_path.exists() else 0
+        err.print(run_report.interrupted_message(stored, out_path), markup=False)
+        raise typer.Exit(EXIT_INTERRUPTED) from None

@@ -1,7 +1,8 @@
 """The end-of-run summary of ``agentenvs rollout`` (and the demo): what a researcher
 looks at first. Besides counts and the reward mean, it shows the spread of rewards,
 the share of groups with one reward for every trajectory (zero advantage: no
-learning signal), and how fast the run went (elapsed, episodes/s, tokens/s)."""
+learning signal), and how fast the run went (elapsed, episodes/s, tokens/s). A
+statistic there is nothing to compute from (no trajectory) shows as ``-``."""
 
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ def throughput(records: list, elapsed: float) -> dict[str, float]:
         for traj in r.group.trajectories
         for t in traj.transitions
     )
-    rate = 1.0 / elapsed if elapsed > 0 else 0.0
+    rate = 1.0 / elapsed if elapsed > 0 and episodes else None
     return {
         "elapsed_s": round(elapsed, 3),
-        "episodes_per_s": round(episodes * rate, 3),
-        "tokens_per_s": round(tokens * rate, 1),
+        "episodes_per_s": None if rate is None else round(episodes * rate, 3),
+        "tokens_per_s": None if rate is None else round(tokens * rate, 1),
     }
 
 
@@ -43,23 +44,30 @@ _SUMMARY_ROWS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def _shown(form: str, value: Any) -> str:
+    """The value in its format; ``-`` for a statistic that does not exist (no data)."""
+    return "-" if value is None else form.format(value)
+
+
 def summary_table(summary: dict[str, Any], title: str = "rollout summary") -> Table:
     table = Table(title=title, show_header=False)
     table.add_column("", style="bold")
     table.add_column("")
     for key, label, form in _SUMMARY_ROWS:
         if key in summary:
-            table.add_row(label, form.format(summary[key]))
+            table.add_row(label, _shown(form, summary[key]))
         if key == "trajectories" and "mean_reward" in summary:
             spread = summary.get("reward_std")
             table.add_row(
                 "reward mean ± std",
-                f"{summary['mean_reward']:.4f}" + ("" if spread is None else f" ± {spread:.4f}"),
+                _shown("{:.4f}", summary["mean_reward"])
+                + ("" if spread is None else f" ± {spread:.4f}"),
             )
             if "zero_advantage_share" in summary:
+                share = summary["zero_advantage_share"]
                 table.add_row(
                     "zero-advantage groups",
-                    f"{summary['zero_advantage_share']:.0%} (constant reward: no learning signal)",
+                    "-" if share is None else f"{share:.0%} (constant reward: no learning signal)",
                 )
     stops = summary.get("stop_reasons") or {}
     table.add_row("stop reasons", ", ".join(f"{k}: {v}" for k, v in stops.items()) or "-")

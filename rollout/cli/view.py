@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from agentenvs.rollout.cli.common import (
+    CLIError,
     friendly_errors,
     load_view_tokenizer,
     out,
@@ -50,6 +51,8 @@ def view_command(
 
     with friendly_errors():
         records = read_store_warning(file).latest()
+        if not records:  # as `agentenvs check` fails it: there is nothing to look at
+            raise CLIError(f"{file}: no trajectory records in the file")
         shown = select_groups(records, group, limit)  # validates before loading a tokenizer
         tok, spec = load_view_tokenizer(records, tokenizer)
         if html_out is not None:
@@ -64,5 +67,7 @@ def view_command(
         if no_pager or not sys.stdout.isatty():
             render_terminal(records, tok, out, source=str(file), group=group, limit=limit)
             return
-        with out.pager(styles=True):  # $PAGER, else less; colours kept
+        from agentenvs.rollout.inspect.pager import ColourPager
+
+        with out.pager(ColourPager(), styles=True):  # $PAGER, else less -FRX; colours kept
             render_terminal(records, tok, out, source=str(file), group=group, limit=limit)

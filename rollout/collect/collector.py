@@ -10,7 +10,10 @@ groups it finished, and a rerun with the same store picks up where it stopped.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+import time
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,7 +61,7 @@ async def collect(
     provenance: dict | None = None,
     progress: bool = True,
     advantage_estimator: Estimator = "grpo",
-    normalize_std: bool = False,
+    normalize_std: bool | None = None,
     new_run: bool = False,
     executor: GroupExecutor | None = None,
 ) -> CollectionResult:
@@ -67,7 +70,8 @@ async def collect(
     A group that raises or exceeds ``group_timeout`` seconds is tried again with
     fresh envs up to ``retries`` more times, then recorded as failed
     (:func:`~agentenvs.rollout.collect.attempts.run_group_attempts`). Keys already
-    stored as ``ok`` are skipped. Errors of the store itself (a full disk) stop the
+    stored as ``ok`` are skipped (a call that skips every group warns,
+    :class:`AllGroupsSkipped`). Errors of the store itself (a full disk) stop the
     run: carrying on would lose data. Each ok record carries its group's advantages
     under ``extra["advantages"]`` with the estimator that made them, so the stored
     data says how its loss inputs were computed.
@@ -79,6 +83,12 @@ async def collect(
     size). Resuming into a store whose latest run is a different one raises
     :class:`RunMismatchError` saying what differs, unless ``new_run`` asks to
     append a new run to the file.
+
+    ``keys`` names the groups in the store, one unique key each; by default
+    ``"<position>:<task id>"``, stable across reruns over the same builders, which
+    is what resume needs. A loop that writes every step to one store must pass its
+    own (``keys=[f"step{step}:{i}" ...]``): a later step's default keys repeat an
+    earlier step's once the dataset wraps, and would be skipped as done.
 
     ``executor`` says where episodes run: in this process (the default) or in Ray
     actors (:class:`~agentenvs.rollout.collect.executors.ray_executor.RayExecutor`);
@@ -105,6 +115,7 @@ async def collect(
         advantage_estimator=advantage_estimator,
         normalize_std=normalize_std,
     )
+    warn_if_all_skipped(plan.skipped, len(plan.groups), store)
     result = CollectionResult(skipped=plan.skipped)
     semaphore = asyncio.Semaphore(concurrency)
     runner = await (executor or InProcessExecutor()).start(
@@ -135,16 +146,55 @@ async def collect(
     return result
 
 
+class AllGroupsSkipped(UserWarning):
+    """A collection ran nothing: the store already held every group's key."""
+
+
+def warn_if_all_skipped(skipped: int, to_run: int, store: TrajectoryStore | None) -> None:
+    """Warn when a call skips every group it was given.
+
+    That is a finished run resumed (harmless), or, in a training loop that reuses
+    one store, a step whose default keys (``"<position>:<task id>"``) repeat an
+    earlier step's once the dataset wraps: it silently collects nothing. Such a
+    loop must pass its own ``keys=`` (the step in each key)."""
+    if skipped and not to_run:
+        warnings.warn(
+            AllGroupsSkipped(
+                f"all {skipped} groups skipped: {store.path if store else 'the store'} already "
+                "holds their keys as this run's ok groups. If this is a new step of a loop "
+                "that reuses the store, pass keys= unique to the step (e.g. "
+                "keys=[f'step{step}:{i}' for i in range(len(builders))]); the default keys "
+                "repeat when the dataset wraps"
+            ),
+            stacklevel=3,
+        )
+
+
+PROGRESS_SECONDS_VAR = "AGENTENVS_PROGRESS_SECONDS"
+"""Off a terminal, at most one progress line per this many seconds (default 10)."""
+
+
 class _ProgressBar:
-    """A transient rich progress bar, shown only on an interactive terminal."""
+    """A transient rich progress bar on an interactive terminal; elsewhere (a log
+    file, CI, ``nohup``) one plain line now and then, so a long run is not silent
+    until it ends: once the run has taken ``$AGENTENVS_PROGRESS_SECONDS`` seconds
+    (10 by default), a line at each tenth of the groups, at most one per that many
+    seconds, and one at the end. A shorter run (a training loop's step) prints none."""
 
     def __init__(self, total: int, *, enabled: bool) -> None:
         from rich.console import Console
 
         console = Console(file=sys.stderr)
-        self.enabled = enabled and console.is_terminal and not console.is_dumb_terminal
+        interactive = console.is_terminal and not console.is_dumb_terminal
+        self.enabled = enabled and interactive
+        self.lines = enabled and not interactive and total > 0
         self.total = total
+        self.done = 0
         self.failed = 0
+        self._started = time.monotonic()
+        self._last_line = -float("inf")
+        self._printed = False
+        self._interval = _progress_seconds()
         self._progress = None
         self._task = None
         if self.enabled:
@@ -175,13 +225,40 @@ class _ProgressBar:
         return self
 
     def advance(self, record: GroupRecord) -> None:
+        self.done += 1
         self.failed += record.status == "failed"
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, advance=1, failed=self.failed)
+        elif self.lines:
+            self._maybe_line()
+
+    def _maybe_line(self) -> None:
+        now = time.monotonic()
+        finished = self.done == self.total
+        if now - self._started < self._interval and not (finished and self._printed):
+            return  # a short run (a training step) stays quiet
+        step = max(1, -(-self.total // 10))  # a tenth of the groups, rounded up
+        if not finished and (self.done % step or now - self._last_line < self._interval):
+            return
+        self._last_line = now
+        self._printed = True
+        print(
+            f"groups {self.done}/{self.total} done, {self.failed} failed, "
+            f"{now - self._started:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+def _progress_seconds() -> float:
+    try:
+        return max(0.0, float(os.environ.get(PROGRESS_SECONDS_VAR, "10")))
+    except ValueError:
+        return 10.0
 
 
 def summarize(records: Sequence[GroupRecord]) -> dict[str, Any]:
@@ -192,6 +269,8 @@ def summarize(records: Sequence[GroupRecord]) -> dict[str, Any]:
     spread over all trajectories; ``zero_advantage_share`` is the share of ok groups
     whose trajectories all got the same reward: they carry no learning signal for
     group-relative estimators, which is the first thing to look at in a new run.
+    A statistic with nothing to be computed from (a mean over no trajectory) is
+    ``None``, not 0: a run where every group failed did not score zero.
     """
     ok = [r for r in records if r.status == "ok" and r.group is not None]
     rewards: list[float] = []
@@ -208,8 +287,10 @@ def summarize(records: Sequence[GroupRecord]) -> dict[str, Any]:
             turns.append(len(traj.transitions))
             stop_reasons[traj.stop_reason or "unknown"] += 1
             sampled += sum(len(t.ac.tokens) for t in traj.transitions)
-    mean = sum(rewards) / len(rewards) if rewards else 0.0
-    spread = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5 if rewards else 0.0
+    mean = sum(rewards) / len(rewards) if rewards else None
+    spread = (
+        (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5 if mean is not None else None
+    )
     return {
         "groups": len(records),
         "ok": len(ok),
@@ -217,8 +298,8 @@ def summarize(records: Sequence[GroupRecord]) -> dict[str, Any]:
         "trajectories": len(rewards),
         "mean_reward": mean,
         "reward_std": spread,
-        "zero_advantage_share": constant / len(ok) if ok else 0.0,
-        "mean_turns": sum(turns) / len(turns) if turns else 0.0,
+        "zero_advantage_share": constant / len(ok) if ok else None,
+        "mean_turns": sum(turns) / len(turns) if turns else None,
         "tokens_sampled": sampled,
         "retried_groups": sum(1 for r in records if r.attempts > 1),
         "stop_reasons": dict(sorted(stop_reasons.items())),

@@ -32,7 +32,7 @@ class RecordStamps:
         provenance: dict[str, Any] | None = None,
         *,
         advantage_estimator: Estimator = "grpo",
-        normalize_std: bool = False,
+        normalize_std: bool | None = None,
     ) -> None:
         self.run = identity.to_json()
         self.provenance = provenance

@@ -114,7 +114,10 @@ def plan_collection(
     identity = collection_identity(described[0] if described else None, policy, provenance)
     done: set[str] = set()
     if store is not None:
-        done = keys_to_skip(store.path, store.resume_facts(), identity, new_run=new_run)
+        config = described[0].config if described else None
+        done = keys_to_skip(
+            store.path, store.resume_facts(), identity, new_run=new_run, config=config
+        )
     groups = [
         PlannedGroup(i, key, builder, description)
         for i, (key, builder, description) in enumerate(zip(keys, builders, described, strict=True))

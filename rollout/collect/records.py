@@ -23,6 +23,7 @@ from agentenvs.envs.types import (
     TrajectoryGroup,
     Transition,
 )
+from agentenvs.rollout.collect.fingerprints import group_fingerprint
 from agentenvs.rollout.collect.shared_prefix import PrefixRef, encode_leaves, restore_leaves
 from agentenvs.rollout.weights.stamps import SampledBy
 
@@ -66,10 +67,12 @@ def trajectory_to_json(traj: Trajectory) -> dict[str, Any]:
 def trajectory_from_json(data: dict[str, Any]) -> Trajectory:
     transitions = []
     context: list[int] = []
-    for item in data["transitions"]:
+    for turn, item in enumerate(data["transitions"]):
         prefix = int(item["ob_prefix"])
         if prefix > len(context):
-            raise ValueError(f"ob_prefix {prefix} is longer than the context ({len(context)})")
+            raise ValueError(
+                f"turn {turn}: ob_prefix {prefix} is longer than the context ({len(context)})"
+            )
         ob = context[:prefix] + list(item["ob_new"])
         logprobs = item.get("logprobs")
         logprobs = None if logprobs is None else list(logprobs)  # siblings share stored lists
@@ -88,6 +91,14 @@ def trajectory_from_json(data: dict[str, Any]) -> Trajectory:
     return Trajectory(transitions, list(data.get("final_ob", [])), data.get("stop_reason"))
 
 
+def _trajectory_of(record: dict[str, Any], index: int, data: dict[str, Any]) -> Trajectory:
+    """:func:`trajectory_from_json`, its error naming the group and trajectory."""
+    try:
+        return trajectory_from_json(data)
+    except ValueError as err:
+        raise ValueError(f"group {record.get('key')} traj {index} {err}") from None
+
+
 @dataclass
 class GroupRecord:
     """A group as stored: its trajectories and everything needed to trust them later."""
@@ -100,6 +111,9 @@ class GroupRecord:
     status: Literal["ok", "failed"] = "ok"
     error: str | None = None
     attempts: int = 1
+    traceback: str | None = None
+    """A failed group's last error as Python prints it (file, line, frames): what
+    ``error`` names in one line, for whoever debugs the environment."""
     env_config: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     """Tokenizer, renderer, sampling settings, policy identity and weights version."""
@@ -113,6 +127,19 @@ class GroupRecord:
     """Leaves that were read as a reference to their parent's prefix (set by
     :meth:`from_json`, so ``agentenvs check`` can compare them with ``extra["tree"]``;
     :meth:`to_json` works them out again from the tree)."""
+    collected: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    """What the group held when it was made (``collect/fingerprints.py``): per turn the
+    observation's shape and digest, a digest of the sampled ids and logprobs, the step
+    reward; per trajectory its sample count. Taken when a record is made with its
+    group, kept as read afterwards, so ``agentenvs check`` can tell data edited since
+    collection. ``{}``: a record written before this was recorded."""
+    stored_total_rewards: list[float] | None = field(default=None, compare=False, repr=False)
+    """``total_rewards`` as read from the stored line (``None`` for a record not read),
+    so ``agentenvs check`` can compare it with the steps."""
+
+    def __post_init__(self) -> None:
+        if self.collected is None:
+            self.collected = group_fingerprint(self.group) if self.group is not None else {}
 
     def sampled_by(self) -> SampledBy:
         """Which weights, which version sampled this group: the recorded
@@ -137,6 +164,7 @@ class GroupRecord:
             "status": self.status,
             "error": self.error,
             "attempts": self.attempts,
+            **({"traceback": self.traceback} if self.traceback is not None else {}),
             "env_config": self.env_config,
             "provenance": self.provenance,
             "extra": self.extra,
@@ -147,6 +175,7 @@ class GroupRecord:
             "group_rewards": group.group_rewards if group else [],
             "group_metrics": group.group_metrics if group else [],
             "total_rewards": group.total_rewards() if group else [],
+            **({"collected": self.collected} if self.collected else {}),
         }
 
     @classmethod
@@ -161,7 +190,7 @@ class GroupRecord:
             metrics: list[Metrics] = [dict(m) for m in data.get("group_metrics", [])]
             whole, refs = restore_leaves(data["trajectories"])
             group = TrajectoryGroup(
-                trajectories=[trajectory_from_json(t) for t in whole],
+                trajectories=[_trajectory_of(data, t, item) for t, item in enumerate(whole)],
                 group_rewards=[float(r) for r in data["group_rewards"]],
                 group_metrics=metrics,
                 tags=list(data.get("tags", [])),
@@ -174,10 +203,13 @@ class GroupRecord:
             status=data.get("status", "ok"),
             error=data.get("error"),
             attempts=int(data.get("attempts", 1)),
+            traceback=data.get("traceback"),
             env_config=dict(data.get("env_config", {})),
             provenance=dict(data.get("provenance", {})),
             extra=dict(data.get("extra", {})),
             created=float(data.get("created", 0.0)),
             run=dict(data.get("run") or {}),
             stored_prefixes=refs,
+            collected=dict(data.get("collected") or {}),
+            stored_total_rewards=data.get("total_rewards"),
         )

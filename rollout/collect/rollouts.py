@@ -23,7 +23,13 @@ from agentenvs.envs.types import (
     TrajectoryGroup,
     Transition,
 )
-from agentenvs.rollout.collect.turns import finished_trajectory, play_action, sample_action
+from agentenvs.rollout.collect.env_code import env_call
+from agentenvs.rollout.collect.turns import (
+    action_token_cap,
+    finished_trajectory,
+    play_action,
+    sample_action,
+)
 from agentenvs.rollout.policies.base import Policy, PolicyFactory, TurnSlot, policy_for
 
 T = TypeVar("T")
@@ -49,12 +55,17 @@ current_slot: ContextVar[RolloutSlot | None] = ContextVar("agentenvs_rollout_slo
 async def do_single_rollout(
     policy: Policy, env: Env, *, max_tokens: int | None = None, traj_index: int = 0
 ) -> Trajectory:
-    """Run one episode to its end, one :mod:`turn <.turns>` after another."""
-    ob, stop = await env.initial_observation()
+    """Run one episode to its end, one :mod:`turn <.turns>` after another.
+
+    Each turn's token cap is asked of the env just before it is sampled
+    (:func:`~.turns.action_token_cap`), so a per-episode budget shrinks it as the
+    episode goes on; ``max_tokens`` bounds every turn on top of that."""
+    ob, stop = await env_call(env.initial_observation(), f"{env.label()}.initial_observation")
     transitions: list[Transition] = []
     while True:
         slot = TurnSlot(current_group_key.get(), traj_index, len(transitions))
-        action = await sample_action(policy, ob, stop, slot=slot, max_tokens=max_tokens)
+        cap = action_token_cap(env, max_tokens)
+        action = await sample_action(policy, ob, stop, slot=slot, max_tokens=cap)
         transition, step = await play_action(env, ob, action)
         transitions.append(transition)
         if step.episode_done:
@@ -73,7 +84,7 @@ def policy_in_slot(policy: Policy | PolicyFactory, env: Env, slot: RolloutSlot) 
 
 async def make_group_envs(builder: EnvGroupBuilder) -> list[Env]:
     """The group's envs; a builder that makes none is an error of the group."""
-    envs = list(await builder.make_envs())
+    envs = list(await env_call(builder.make_envs(), f"{type(builder).__name__}.make_envs"))
     if not envs:
         raise ValueError(f"{type(builder).__name__}.make_envs() returned no envs")
     return envs
@@ -88,7 +99,10 @@ async def score_group(
 ) -> TrajectoryGroup:
     """The trajectories with the builder's group rewards, metrics and tags."""
     scored: list[tuple[float, Metrics]] = list(
-        await builder.compute_group_rewards(trajectories, envs)
+        await env_call(
+            builder.compute_group_rewards(trajectories, envs),
+            f"{type(builder).__name__}.compute_group_rewards",
+        )
     )
     if len(scored) != len(trajectories):
         raise ValueError(
@@ -125,7 +139,7 @@ async def do_group_rollout(
         ]
         trajectories = await run_concurrently(
             [
-                do_single_rollout(p, env, max_tokens=env.max_action_tokens(), traj_index=i)
+                do_single_rollout(p, env, traj_index=i)
                 for i, (p, env) in enumerate(zip(policies, envs, strict=True))
             ]
         )

@@ -19,7 +19,7 @@ import functools
 import hashlib
 import json
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -192,14 +192,54 @@ class RunMismatchError(AgentEnvsError, ValueError):
     """Resuming into a store made by a different run; the message says what differs."""
 
 
+def _config_detail(difference: str, path: Path, config: Mapping[str, Any]) -> str:
+    """A ``config_sha256`` difference said as the config keys that differ and their values
+    (the store's from its last record); other differences as they are."""
+    if not difference.startswith("config_sha256:"):
+        return difference
+    from agentenvs.rollout.collect.store import read_records
+
+    try:
+        stored = read_records(path)[-1].env_config
+    except (OSError, ValueError, IndexError):
+        return difference
+    changed = config_differences(stored, dict(config))
+    if not changed:
+        return difference
+    return "config " + ", ".join(changed)
+
+
+def config_differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """``"limits.max_turns: 10 in the store, 8 now"`` for each (nested) key that differs."""
+    found = []
+    for key in sorted(set(stored) | set(current), key=str):
+        before, now = stored.get(key, _MISSING), current.get(key, _MISSING)
+        if isinstance(before, Mapping) and isinstance(now, Mapping):
+            found += [f"{key}.{d}" for d in config_differences(before, now)]
+        elif before != now:
+            found.append(f"{key}: {_value(before)} in the store, {_value(now)} now")
+    return found
+
+
+_MISSING = object()
+
+
+def _value(value: Any) -> str:
+    return "(not set)" if value is _MISSING else json.dumps(value, default=str)
+
+
 def keys_to_skip(
     path: Path,
     records: Sequence[GroupRecord] | Sequence[ResumeFacts],
     current: RunIdentity,
     *,
     new_run: bool,
+    config: Mapping[str, Any] | None = None,
 ) -> set[str]:
     """The keys a collection resuming into this store skips; refuses another run's store.
+
+    ``config`` is the current env config; when the configs differ, the refusal names
+    the keys that differ and both values, read from the store's last record.
 
     The store's latest run (that of its last record) must be this one, unless
     ``new_run`` asks to append a new run after it. Only this run's own ``ok``
@@ -217,6 +257,8 @@ def keys_to_skip(
         else _known_differences(last.identity, current)
     )
     if differences and not new_run:
+        if config is not None:
+            differences = [_config_detail(d, path, config) for d in differences]
         raise RunMismatchError(
             f"{path} holds a different run ({'; '.join(differences)}): resuming would mix "
             "them. Write to a new file (another --out), or pass --new-run (new_run=True "

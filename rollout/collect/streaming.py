@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentenvs.envs.types import EnvGroupBuilder
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import collect, warn_if_all_skipped
 from agentenvs.rollout.collect.options import check_collect_options
 from agentenvs.rollout.collect.plan import plan_collection
 from agentenvs.rollout.collect.records import GroupRecord
@@ -128,6 +128,7 @@ class StreamingCollection:
             store=store,
             new_run=new_run,
         )
+        warn_if_all_skipped(plan.skipped, len(plan.groups), store)
         self._items = [_Item(g.index, g.key, g.builder) for g in plan.groups]
         self.stats = StreamStats(skipped=plan.skipped)
         self.failed: list[GroupRecord] = []

@@ -44,6 +44,7 @@ from agentenvs.envs.types import (
     TrajectoryGroup,
     Transition,
 )
+from agentenvs.rollout.collect.env_code import env_call
 from agentenvs.rollout.collect.fork_ledger import ForkLedger
 from agentenvs.rollout.collect.rollouts import (
     RolloutSlot,
@@ -158,7 +159,8 @@ class _TreeRun:
         return policy_in_slot(self.policy, env, RolloutSlot(self.group_key, lane))
 
     async def start(self, root: int, env: Env) -> _Branch:
-        observation, stop = await env.initial_observation()
+        where = f"{env.label()}.initial_observation"
+        observation, stop = await env_call(env.initial_observation(), where)
         self.paths += 1
         lane = self.paths - 1
         return _Branch(env, self.policy_for(env, lane), root, lane, list(observation), stop)

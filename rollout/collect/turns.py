@@ -26,6 +26,7 @@ from agentenvs.envs.types import (
     Transition,
     stop_reason_from_metrics,
 )
+from agentenvs.rollout.collect.env_code import env_call
 from agentenvs.rollout.policies.base import Policy, PolicyError, TurnSlot, current_turn, turn_logs
 
 _SAMPLER_STOPS = frozenset(get_args(SamplerStopReason))
@@ -57,6 +58,14 @@ def check_policy_output(output: object, max_tokens: int | None = None) -> Tokens
     return output
 
 
+def action_token_cap(env: Env, ceiling: int | None = None) -> int | None:
+    """The token cap of ``env``'s next action under ``ceiling``: its
+    :meth:`~agentenvs.envs.types.Env.max_action_tokens`, asked now, just before the turn
+    (a per-episode response budget makes it shrink as the episode goes on)."""
+    caps = [cap for cap in (env.max_action_tokens(), ceiling) if cap is not None]
+    return min(caps) if caps else None
+
+
 async def sample_action(
     policy: Policy,
     observation: Observation,
@@ -67,7 +76,7 @@ async def sample_action(
 ) -> TokensWithLogprobs:
     """The policy's checked action for this turn, sampled with ``slot`` as the current
     turn (seeded samplers and replay read it) and at most ``max_tokens`` tokens (the
-    env's :meth:`~agentenvs.envs.types.Env.max_action_tokens`)."""
+    env's cap for this turn: :func:`action_token_cap`)."""
     token = current_turn.set(slot)
     try:
         output = await policy(observation, stop, max_tokens=max_tokens)
@@ -84,7 +93,9 @@ async def play_action(
 
     The transition's logs are the env's plus the policy's stamp (``policy/seed``,
     ``policy/weights_version``...)."""
-    step = await env.step(action.tokens, extra={"stop_reason": action.stop_reason})
+    step = await env_call(
+        env.step(action.tokens, extra={"stop_reason": action.stop_reason}), f"{env.label()}.step"
+    )
     transition = Transition(
         ob=list(observation),
         ac=action,

@@ -14,7 +14,7 @@ Inside a sample:
 * ``logprobs`` holds the sampler's logprob on each sampled token and 0.0 elsewhere
   (and 0.0 everywhere a policy gave none: ``has_logprobs`` then says so);
 * ``advantages`` holds the trajectory's scalar advantage on action tokens and 0.0
-  elsewhere.
+  elsewhere (under a per-step estimator, each action's tokens carry its step's).
 
 An action whose transition carries the metric ``parse_error_masked`` >= 1 (the
 cookbook's convention for malformed turns that should not be trained on) keeps
@@ -27,9 +27,11 @@ loops), never walks tokens one by one in Python.
 from __future__ import annotations
 
 import gc
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentenvs.envs.types import Trajectory, TrajectoryGroup
 
@@ -82,12 +84,20 @@ class TrainingSample:
     """Per step of this sample, the env's ``anchor_key`` log ("" where it gave none):
     the state the step acted in, so a trainer can group steps across trajectories
     (GiGPO). Empty when no step had one."""
+    collected: dict[str, Any] | None = None
+    """What the collector recorded for this sample's turns and its trajectory's reward
+    (:func:`agentenvs.rollout.collect.fingerprints.sample_fingerprints`), set by
+    :func:`~agentenvs.rollout.data.training_data.samples_from_records` from a store that
+    has it and carried by the JSONL hand-off, so ``agentenvs check`` can check the
+    hand-off without its store. None: not recorded."""
 
     def __len__(self) -> int:
         return len(self.tokens)
 
 
-def _check_advantages(groups: Sequence[TrajectoryGroup], advantages: Sequence[Sequence[float]]):
+def _check_advantages(
+    groups: Sequence[TrajectoryGroup], advantages: Sequence[Sequence[float | Sequence[float]]]
+) -> None:
     if len(groups) != len(advantages):
         raise ValueError(f"{len(groups)} groups but advantages for {len(advantages)}")
     for i, (group, group_advantages) in enumerate(zip(groups, advantages, strict=True)):
@@ -186,12 +196,63 @@ def trajectory_to_samples(
     return samples
 
 
+def spread_step_advantages(
+    samples: list[TrainingSample], traj: Trajectory, per_step: Sequence[float]
+) -> None:
+    """Put each step's advantage on that step's trained tokens, in order.
+
+    Samples built with advantage 1.0 carry it exactly on the trained action tokens;
+    those come in step order, ``len(action)`` per step (none for a step masked as a
+    parse error), so the steps can be laid over them without re-deriving the merge.
+    ``TrainingSample.advantage`` becomes the sum over the trajectory's steps.
+    """
+    if len(per_step) != len(traj.transitions):
+        raise ValueError(
+            f"{len(per_step)} step advantages for a trajectory of {len(traj.transitions)} steps"
+        )
+    spans = [
+        (float(value), len(tr.ac.tokens))
+        for tr, value in zip(traj.transitions, per_step, strict=True)
+        if float(tr.metrics.get(PARSE_ERROR_MASKED_METRIC, 0.0)) < 1.0
+    ]
+    spans.reverse()
+    value, left = spans.pop() if spans else (0.0, 0)
+    total = math.fsum(float(v) for v in per_step)
+    for sample in samples:
+        advantages = sample.advantages
+        for position, trained in enumerate(sample.loss_mask):
+            if not trained:
+                continue
+            while left == 0 and spans:
+                value, left = spans.pop()
+            advantages[position] = value
+            left -= 1
+        sample.advantage = total
+
+
+def trajectory_to_step_samples(
+    traj: Trajectory,
+    per_step: Sequence[float],
+    *,
+    group_index: int = 0,
+    traj_index: int = 0,
+    reward: float = 0.0,
+) -> list[TrainingSample]:
+    """Like :func:`trajectory_to_samples`, with one advantage per step (GiGPO, tree segments)."""
+    made = trajectory_to_samples(
+        traj, 1.0, group_index=group_index, traj_index=traj_index, reward=reward
+    )
+    spread_step_advantages(made, traj, per_step)
+    return made
+
+
 def trajectories_to_samples(
-    groups: list[TrajectoryGroup], advantages: list[list[float]]
+    groups: list[TrajectoryGroup], advantages: Sequence[Sequence[float | Sequence[float]]]
 ) -> list[TrainingSample]:
     """Every trajectory of every group as samples, in group then trajectory order.
 
-    ``advantages[g][t]`` is trajectory ``t`` of group ``g``'s scalar advantage (see
+    ``advantages[g][t]`` is trajectory ``t`` of group ``g``'s scalar advantage, or
+    a list with one advantage per step for a per-step estimator (see
     :func:`agentenvs.rollout.data.advantages.compute_advantages`).
     """
     _check_advantages(groups, advantages)
@@ -204,9 +265,14 @@ def trajectories_to_samples(
             for traj_index, (traj, advantage, reward) in enumerate(
                 zip(group.trajectories, group_advantages, rewards, strict=True)
             ):
-                samples += trajectory_to_samples(
+                made = (
+                    trajectory_to_step_samples
+                    if isinstance(advantage, Sequence)
+                    else (trajectory_to_samples)
+                )
+                samples += made(
                     traj,
-                    advantage,
+                    advantage,  # type: ignore[arg-type]
                     group_index=group_index,
                     traj_index=traj_index,
                     reward=reward,

@@ -13,9 +13,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.rollout.collect.fingerprints import attach_collected
 from agentenvs.rollout.collect.records import GroupRecord
-from agentenvs.rollout.data.advantages import Estimator, estimator_info, group_advantages
-from agentenvs.rollout.data.samples import TrainingSample, trajectory_to_samples
+from agentenvs.rollout.data.advantages import (
+    STEP_ESTIMATORS,
+    Estimator,
+    StepEstimator,
+    estimator_info,
+    group_advantages,
+)
+from agentenvs.rollout.data.gigpo import GigpoSettings, gigpo_advantages
+from agentenvs.rollout.data.samples import (
+    TrainingSample,
+    trajectory_to_samples,
+    trajectory_to_step_samples,
+)
 from agentenvs.rollout.weights.drift import DriftAlarm, DriftReport, alarmed_keys
 
 
@@ -58,8 +70,9 @@ def split_by_staleness(
 def samples_from_records(
     records: Sequence[GroupRecord],
     *,
-    estimator: Estimator | None = None,
-    normalize_std: bool = False,
+    estimator: Estimator | StepEstimator | None = None,
+    normalize_std: bool | None = None,
+    gigpo: GigpoSettings | None = None,
     current_version: int | None = None,
     max_staleness: int | None = None,
     drift: Sequence[DriftReport] | None = None,
@@ -67,7 +80,7 @@ def samples_from_records(
     """Samples of the ok groups, and one metadata dict per sample.
 
     Advantages are the ones stored with each group, unless ``estimator`` asks for
-    a recomputation. With ``max_staleness`` set, any group further behind than
+    a recomputation (``"gigpo"`` gives each step its own, with ``gigpo``'s settings). With ``max_staleness`` set, any group further behind than
     that raises :class:`StaleSamplesError` naming it, rather than being trained on.
     With ``drift`` (the trainer's drift reports), a group of a batch whose
     on-policy tokens disagreed with the trainer raises :class:`DriftAlarm`.
@@ -94,9 +107,15 @@ def samples_from_records(
         group = record.group
         assert group is not None
         rewards = group.total_rewards()
-        if estimator is not None:
-            advantages = group_advantages(rewards, estimator, normalize_std=normalize_std)
-            how = estimator_info(estimator, normalize_std=normalize_std)
+        per_step: list[list[float]] | None = None
+        if estimator in STEP_ESTIMATORS:
+            settings = (gigpo or GigpoSettings()).with_overrides(normalize_std=normalize_std)
+            per_step = gigpo_advantages(group, settings)
+            advantages = [0.0] * len(group.trajectories)
+            how = settings.info()
+        elif estimator is not None:
+            advantages = group_advantages(rewards, estimator, normalize_std=normalize_std)  # type: ignore[arg-type]
+            how = estimator_info(estimator, normalize_std=normalize_std)  # type: ignore[arg-type]
         elif record.extra.get("advantages") is not None:
             advantages = [float(a) for a in record.extra["advantages"]]
             how = record.extra.get("advantage_estimator")
@@ -105,13 +124,18 @@ def samples_from_records(
                 f"group {record.key} has no stored advantages; pass estimator= to compute them"
             )
         for traj_index, traj in enumerate(group.trajectories):
-            for sample in trajectory_to_samples(
-                traj,
-                advantages[traj_index],
-                group_index=group_index,
-                traj_index=traj_index,
-                reward=rewards[traj_index],
-            ):
+            where = {"group_index": group_index, "traj_index": traj_index}
+            made = (
+                trajectory_to_samples(
+                    traj, advantages[traj_index], **where, reward=rewards[traj_index]
+                )
+                if per_step is None
+                else trajectory_to_step_samples(
+                    traj, per_step[traj_index], **where, reward=rewards[traj_index]
+                )
+            )
+            attach_collected(made, record, traj_index, rewards[traj_index])
+            for sample in made:
                 samples.append(sample)
                 metadata.append(
                     {

@@ -33,10 +33,10 @@ from typing import Any, Literal, get_args
 from agentenvs.envs.types import TrajectoryGroup
 from agentenvs.rollout.data.advantages import group_advantages
 from agentenvs.rollout.data.samples import (
-    PARSE_ERROR_MASKED_METRIC,
     TrainingSample,
     gc_paused,
     trajectory_to_samples,
+    trajectory_to_step_samples,
 )
 
 TreeEstimator = Literal["tree_grpo", "tree_segment"]
@@ -133,34 +133,6 @@ def tree_advantage_record(group: TrajectoryGroup, tree: dict[str, Any]) -> dict[
     }
 
 
-def _spread_turn_advantages(
-    samples: list[TrainingSample], group: TrajectoryGroup, traj_index: int, per_turn: list[float]
-) -> None:
-    """Put each turn's advantage on that turn's trained tokens, in order.
-
-    Samples built with advantage 1.0 carry it exactly on the trained action tokens;
-    those come in turn order, ``len(action)`` per turn (none for a turn masked as a
-    parse error), so the turns can be laid over them without re-deriving the merge.
-    """
-    spans = [
-        (value, len(tr.ac.tokens))
-        for tr, value in zip(group.trajectories[traj_index].transitions, per_turn, strict=True)
-        if float(tr.metrics.get(PARSE_ERROR_MASKED_METRIC, 0.0)) < 1.0
-    ]
-    spans.reverse()
-    value, left = spans.pop() if spans else (0.0, 0)
-    for sample in samples:
-        advantages = sample.advantages
-        for position, trained in enumerate(sample.loss_mask):
-            if not trained:
-                continue
-            while left == 0 and spans:
-                value, left = spans.pop()
-            advantages[position] = value
-            left -= 1
-        sample.advantage = math.fsum(per_turn) if per_turn else 0.0
-
-
 def tree_samples(
     groups: Sequence[TrajectoryGroup],
     trees: Sequence[dict[str, Any]],
@@ -193,9 +165,7 @@ def tree_samples(
             turns = [len(t.transitions) for t in group.trajectories]
             per_turn = tree_segment(rewards, tree, turns)
             for t, traj in enumerate(group.trajectories):
-                made = trajectory_to_samples(
-                    traj, 1.0, group_index=group_index, traj_index=t, reward=rewards[t]
+                samples += trajectory_to_step_samples(
+                    traj, per_turn[t], group_index=group_index, traj_index=t, reward=rewards[t]
                 )
-                _spread_turn_advantages(made, group, t, per_turn[t])
-                samples += made
     return samples

@@ -17,6 +17,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 _MAX_PIECE_TOKENS = 8
@@ -68,6 +69,10 @@ class _ByteTable:
     special: frozenset[int]
     added: dict[int, bytes]
     cache: dict[int, bytes | None]
+    begun: dict[int, int] = field(default_factory=dict)
+    """Characters each known token begins (its bytes minus UTF-8 continuation bytes)."""
+    continues: set[int] = field(default_factory=set)
+    """Tokens whose bytes start inside a character (a continuation byte)."""
 
 
 _TABLES: weakref.WeakKeyDictionary[Any, _ByteTable | None] = weakref.WeakKeyDictionary()
@@ -101,11 +106,16 @@ def _token_bytes(tokenizer: Any, table: _ByteTable, ids: Sequence[int]) -> list[
     if missing:
         for token_id, token in zip(missing, tokenizer.convert_ids_to_tokens(missing), strict=True):
             if token_id in table.added:
-                table.cache[token_id] = table.added[token_id]
+                found = table.added[token_id]
             elif isinstance(token, str) and all(ch in _BYTE_DECODER for ch in token):
-                table.cache[token_id] = bytes(_BYTE_DECODER[ch] for ch in token)
+                found = bytes(_BYTE_DECODER[ch] for ch in token)
             else:
                 table.cache[token_id] = None
+                continue
+            table.cache[token_id] = found
+            table.begun[token_id] = len(found.translate(None, _CONTINUATION))
+            if found and found[0] & 0xC0 == 0x80:
+                table.continues.add(token_id)
     found = [table.cache[i] for i in ids]
     return None if any(b is None for b in found) else found  # type: ignore[return-value]
 
@@ -159,6 +169,15 @@ def _byte_span(tokenizer: Any, ids: list[int], logprobs: list[float | None]) -> 
         return None
     if text != tokenizer.decode(ids, skip_special_tokens=False):
         return None
+    if table.continues.isdisjoint(ids):
+        # No token starts inside a character, so every token is its own piece: the
+        # offsets are running sums of characters begun (the common case, no Python loop).
+        ends = list(accumulate(map(table.begun.__getitem__, ids)))
+        special_at = (
+            [] if table.special.isdisjoint(ids) else
+            [i for i, t in enumerate(ids) if t in table.special]
+        )  # fmt: skip
+        return DecodedSpan(text, ends, ids, logprobs, None, special_at)
     ends: list[int] = []
     counts: list[int] = []
     special: list[int] = []

@@ -41,6 +41,9 @@ class Finding:
     detail: str
     where: str = ""
     """The first offender: group key, trajectory, sample and token position."""
+    tokens: tuple[int, int] | None = None
+    """First and last token of the span the offender is in, when a check can narrow it
+    only that far (a digest says a span changed, not which of its tokens)."""
 
 
 @dataclass

@@ -26,6 +26,7 @@ from agentenvs.rollout.inspect.viewer import (
     GroupView,
     Span,
     TrajectoryView,
+    end_of_turn,
     group_view,
     overview,
 )
@@ -150,6 +151,7 @@ def group_data(tokenizer: Any, record: GroupRecord, index: int, shared: _Shared)
         "env": record.env,
         "status": record.status,
         "error": record.error,
+        "traceback": view.traceback,
         "attempts": record.attempts,
         "tags": view.tags,
         "reward": _number(view.mean_reward),
@@ -185,6 +187,7 @@ def page_data(
         "source": source,
         "tokenizer": tokenizer_name,
         "summary": {k: _number(v) for k, v in summary.items()},
+        "eot": end_of_turn([record for _, record in chosen], tokenizer).note(),
         "groups": groups,
         "shared": shared.items,
     }

@@ -1,13 +1,22 @@
 """A store's trajectories printed to a rich console (``agentenvs view`` without ``--html``).
 
 Sampled tokens are bold cyan, prompt tokens grey, environment tokens yellow, and
-each turn starts with a ``[turn N]`` marker. A real run prints tens of thousands
-of lines, so the command pages the output and ``--group``/``--limit`` choose
-what to print; this module only renders what it is given.
+each turn starts on its own line with a ``[turn N]`` marker. Without colour (output
+piped to a file, ``NO_COLOR``, a dumb terminal) the kinds are told apart by text:
+sampled text sits between ``⟦`` and ``⟧`` (the only tokens trained on), prompt and
+environment text have no brackets, and each span of them starts with its kind
+(``«prompt»``, ``«env»``). A failed group shows its whole error, each attempt on a line,
+and the last error's traceback when the record has one.
+
+A real run prints tens of thousands of lines, so the command pages the output
+(:mod:`pager`) and ``--group``/``--limit`` choose what to print; this module only
+renders what it is given.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from agentenvs.rollout.collect.records import GroupRecord
@@ -15,6 +24,7 @@ from agentenvs.rollout.inspect.viewer import (
     GroupView,
     SpanKind,
     TrajectoryView,
+    end_of_turn,
     group_view,
     overview,
     select_groups,
@@ -25,6 +35,49 @@ STYLES: dict[SpanKind, str] = {
     "env": "yellow",
     "sampled": "bold cyan",
 }
+
+
+LABELS: dict[SpanKind, str] = {"prompt": "prompt", "env": "environment", "sampled": "sampled"}
+
+
+@dataclass(frozen=True)
+class Marks:
+    """How span kinds are told apart in text when there is no colour."""
+
+    open_sampled: str
+    close_sampled: str
+    prompt: str
+    env: str
+
+    def mark(self, kind: SpanKind, text: str) -> str:
+        """Sampled text between brackets; masked text after its kind's label."""
+        if kind == "sampled":
+            return f"{self.open_sampled}{text}{self.close_sampled}"
+        return (self.prompt if kind == "prompt" else self.env) + text
+
+
+UNICODE_MARKS = Marks("⟦", "⟧", "«prompt»", "«env»")
+ASCII_MARKS = Marks("[[", "]]", "<<prompt>>", "<<env>>")
+
+
+def text_marks(console: Any) -> Marks | None:
+    """Marks to print when the console shows no colour (piped, ``NO_COLOR``), else None."""
+    if console.color_system is not None and not console.no_color:
+        return None
+    encoding = (console.encoding or "").lower().replace("-", "")
+    return UNICODE_MARKS if encoding.startswith("utf") else ASCII_MARKS
+
+
+_NEXT_ATTEMPT = re.compile(r"; (?=attempt \d+: )")
+
+
+def error_lines(error: str) -> list[str]:
+    """A failed group's error with each attempt on its own line (the record joins
+    them with ``; `` into one line)."""
+    head, sep, rest = error.partition(": attempt 1: ")
+    if not sep:
+        return error.splitlines() or [error]
+    return [head + ":", *("  " + a for a in _NEXT_ATTEMPT.split("attempt 1: " + rest))]
 
 
 def _fmt(value: Any) -> str:
@@ -65,22 +118,27 @@ def render_terminal(
     )
     if len(selected) < len(records):
         head.add_row("showing", f"{len(selected)} of {len(records)} groups")
-    console.print(Panel(head, title="trajectories", expand=False))
+    console.print(Panel(head, title="trajectories", expand=False), soft_wrap=False)
+    marks = text_marks(console)
     legend = Text()
-    for kind, label in (("prompt", "prompt"), ("env", "environment"), ("sampled", "sampled")):
-        legend.append(label + ("  " if kind != "sampled" else " (trained on)"), STYLES[kind])  # type: ignore[index]
+    for kind in ("prompt", "env", "sampled"):
+        label = LABELS[kind]  # type: ignore[index]
+        if marks is not None:
+            label = marks.mark(kind, "sampled" if kind == "sampled" else "")  # type: ignore[arg-type]
+        legend.append(label, STYLES[kind])  # type: ignore[index]
+        legend.append("  " if kind != "sampled" else " (trained on; the rest is masked)")
     console.print(legend)
+    note = end_of_turn([r for _, r in selected], tokenizer).note()
+    if note:
+        console.print(Text(note, style="dim"))
 
     for index, record in selected:
         view = group_view(tokenizer, record, index)
         title = Text(f"group {view.index}  key {view.key}  task {view.task_id}  ({view.status})")
-        if view.status != "ok":
-            # The whole error: the history of every attempt is what a person debugs from.
-            console.print(
-                Panel(Text(view.error or "failed", style="red"), title=title, expand=True)
-            )
-            continue
         console.rule(title)
+        if view.status != "ok":
+            _print_failure(console, view)
+            continue
         advantages = record.extra.get("advantages")
         for traj in view.trajectories:
             advantage = (
@@ -88,24 +146,43 @@ def render_terminal(
                 if isinstance(advantages, list) and traj.index < len(advantages)
                 else None
             )
-            _print_trajectory(console, traj, advantage)
+            _print_trajectory(console, traj, advantage, marks)
         if view.group_metrics and any(view.group_metrics):
             console.print(Text(f"group metrics: {view.group_metrics}"))
 
 
-def _print_trajectory(console: Any, traj: TrajectoryView, advantage: float | None) -> None:
+def _print_failure(console: Any, view: GroupView) -> None:
+    """The whole error, never cropped: every attempt is what a person debugs from."""
+    from rich.text import Text
+
+    lines = error_lines(view.error or "failed (no error recorded)")
+    console.print(Text("\n".join(lines), style="red"), soft_wrap=False, overflow="fold")
+    if view.traceback:
+        console.print(Text("traceback of the last attempt:", style="bold"))
+        console.print(Text(view.traceback.rstrip("\n")), soft_wrap=False, overflow="fold")
+
+
+def _print_trajectory(
+    console: Any, traj: TrajectoryView, advantage: float | None, marks: Marks | None = None
+) -> None:
     from rich.table import Table
     from rich.text import Text
 
     text = Text()
     turn = None
+    line_start = True  # tracked here: Text.plain joins the whole text on every call
     for span in traj.spans:
         if span.restart:
             text.append("\n[new training sample]\n", "bold red")
+            line_start = True
         if span.turn is not None and span.turn != turn:
-            text.append(f"[turn {span.turn}]", "reverse magenta")
+            # On a line of its own: right after an action it would read as the action's label.
+            text.append(("" if line_start else "\n") + f"[turn {span.turn}]", "reverse magenta")
+            text.append("\n")
             turn = span.turn
-        text.append(span.decoded.text, STYLES[span.kind])  # one style per span
+        shown = span.decoded.text if marks is None else marks.mark(span.kind, span.decoded.text)
+        text.append(shown, STYLES[span.kind])  # one style per span
+        line_start = shown.endswith("\n") if shown else line_start
     heading = Text(f"trajectory {traj.index}", style="bold")
     heading.append(
         f"  reward {traj.total_reward:.4g} (steps {traj.step_reward:.4g} + group "
@@ -134,4 +211,4 @@ def _print_trajectory(console: Any, traj: TrajectoryView, advantage: float | Non
     console.print(table)
 
 
-__all__ = ["STYLES", "GroupView", "render_terminal"]
+__all__ = ["STYLES", "GroupView", "Marks", "error_lines", "render_terminal", "text_marks"]

@@ -5,6 +5,9 @@
   var DATA = JSON.parse(document.getElementById("data").textContent);
   var GROUPS = DATA.groups;
   var PAGE_SIZE = 50;
+  // A prompt longer than this many lines is shown folded to a box of them, scrolled to its
+  // end (the question and the assistant header), so the first screen reaches a sampled token.
+  var PROMPT_LINES = 6;
   var KINDS = { p: "prompt", e: "env", s: "sampled" };
   var state = { page: 0, current: null, list: [] };
 
@@ -27,6 +30,8 @@
     return String(v);
   }
   function cell(text, cls) { return el("td", { text: fmt(text), cls: cls || "" }); }
+  // One line, the rest on hover: metrics wrapping over several lines pushed the stream off the first screen.
+  function metricsCell(text) { return el("td", { text: text, cls: "metrics", title: text }); }
   function numCell(v) { return cell(v, "num"); }
   function headRow(names) { return el("tr", null, names.map(function (n) { return el("th", { text: n }); })); }
   function metricsText(m) {
@@ -50,6 +55,7 @@
       if (!p) return;
       box.appendChild(el("span", null, [el("b", { text: p[0] + " " }), document.createTextNode(String(p[1]))]));
     });
+    $("eot").textContent = DATA.eot || "";
   }
 
   function fillSelect(select, values) {
@@ -126,12 +132,15 @@
       prev, document.createTextNode(" page " + (state.page + 1) + " of " + pages + " "), next,
       el("span", { id: "shown", cls: "muted", text: " " + list.length + " of " + GROUPS.length + " groups" })
     ]));
-    var table = el("table", null, [headRow(["#", "key", "status", "reward", "per trajectory", "stop", metric || "metric"])]);
+    // The metric column only when a metric is chosen: the key needs the room (ALFWorld's
+    // keys run to ~90 characters; they wrap, two lines at most, the whole key on hover).
+    var table = el("table", null, [headRow(["#", "key", "status", "reward", "per trajectory", "stop"].concat(metric ? [metric] : []))]);
     list.slice(state.page * PAGE_SIZE, (state.page + 1) * PAGE_SIZE).forEach(function (g) {
       var row = el("tr", { cls: "row " + g.status + (state.current === g ? " current" : ""), "data-group": String(g.i) }, [
-        numCell(g.i), cell(g.key), el("td", { cls: "status", text: g.status }), numCell(g.reward),
+        numCell(g.i), el("td", { cls: "key" }, [el("div", { text: String(g.key), title: String(g.key) })]),
+        el("td", { cls: "status", text: g.status }), el("td", { cls: "num reward", text: fmt(g.reward) }),
         cell(g.rewards.map(fmt).join(" ")), cell(uniq(g.stops).join(", ")),
-        numCell(metric ? g.metrics[metric] : null)
+        metric ? numCell(g.metrics[metric]) : null
       ]);
       row.addEventListener("click", function () { select(g); });
       table.appendChild(row);
@@ -183,7 +192,8 @@
     box.dataset.group = String(g.i);
     box.appendChild(el("h2", null, [
       document.createTextNode("group " + g.i + " "),
-      el("span", { cls: "muted", text: "key " + g.key + " · task " + g.task + " · " + g.env }),
+      // The task only when the key does not already end with it (keys are "index:task").
+      el("span", { cls: "muted", text: "key " + g.key + (String(g.key).endsWith(":" + g.task) ? "" : " · task " + g.task) + " · " + g.env }),
       document.createTextNode(" [" + g.status + "]")
     ]));
     box.appendChild(el("div", { cls: "stats" }, [
@@ -193,13 +203,18 @@
       g.tags.length ? el("span", { text: "tags " + g.tags.join(", ") }) : null
     ]));
     if (g.error) box.appendChild(el("pre", { cls: "error", text: g.error }));
+    if (g.traceback) {
+      box.appendChild(el("details", { cls: "traceback", open: "" }, [
+        el("summary", { text: "traceback of the last attempt" }), el("pre", { cls: "error", text: g.traceback })
+      ]));
+    }
     var leaves = g.tree && g.tree.leaves ? g.tree.leaves : null;
     if (g.tree) box.appendChild(treeSection(g));
     if (g.trajs.length) {
       var names = ["trajectory", "total reward", "step rewards", "group reward", "advantage", "stop reason", "turns", "sampled tok", "masked tok", "samples", "group metrics"];
       var table = el("table", { cls: "trajectories" }, [headRow(leaves ? names.concat(["forked from", "at turn"]) : names)]);
       g.trajs.forEach(function (t, i) {
-        var cells = [numCell(i), numCell(t.reward), numCell(t.step), numCell(t.group), numCell(t.adv), cell(t.stop), numCell(t.turns.length), numCell(t.sampled), numCell(t.masked), numCell(t.samples), cell(metricsText(g.gm[i]))];
+        var cells = [numCell(i), numCell(t.reward), numCell(t.step), numCell(t.group), numCell(t.adv), cell(t.stop), numCell(t.turns.length), numCell(t.sampled), numCell(t.masked), numCell(t.samples), metricsCell(metricsText(g.gm[i]))];
         if (leaves) cells.push(numCell(leaves[i].parent), numCell(viewerTurn(leaves[i].branch_turn)));
         table.appendChild(el("tr", null, cells));
       });
@@ -217,6 +232,7 @@
         drawn = true;
         details.appendChild(stream(t, leaves ? leaves[i].branch_turns.map(viewerTurn) : []));
         details.appendChild(turnTable(t));
+        scrollFoldsToEnd(details);
       }
       details.addEventListener("toggle", draw);
       box.appendChild(details);
@@ -296,6 +312,22 @@
     return "hsl(" + Math.round(120 * p) + ", 70%, 82%)";
   }
 
+  function lineCount(text) { return text.split("\n").length; }
+
+  function foldToggle(seg, lines, tokens) {
+    var button = el("button", { cls: "fold-toggle", text: "prompt: " + tokens + " tokens, " + lines + " lines; show all" });
+    button.addEventListener("click", function () {
+      var folded = seg.classList.toggle("folded");
+      button.textContent = "prompt: " + tokens + " tokens, " + lines + " lines; " + (folded ? "show all" : "fold");
+      if (folded) seg.scrollTop = seg.scrollHeight;
+    });
+    return button;
+  }
+
+  function scrollFoldsToEnd(root) {
+    Array.prototype.forEach.call(root.querySelectorAll(".seg.folded"), function (seg) { seg.scrollTop = seg.scrollHeight; });
+  }
+
   function stream(t, branchTurns) {
     var pre = el("pre", { cls: "stream" }), shade = $("shade").checked, lastTurn = null;
     t.spans.forEach(function (span) {
@@ -307,6 +339,11 @@
       // Siblings share everything up to here (the turn's observation); their actions differ.
       if (span.k === "s" && branchTurns.indexOf(span.turn) >= 0) pre.appendChild(el("span", { cls: "turn branch", text: "branch point: siblings differ from here" }));
       var seg = el("span", { cls: "seg " + KINDS[span.k] });
+      var lines = span.k === "p" ? lineCount(span.t) : 0;
+      if (lines > PROMPT_LINES) {
+        seg.classList.add("folded");
+        pre.appendChild(foldToggle(seg, lines, span.ids.length));
+      }
       var start = 0, token = 0, special = {};
       (span.sp || []).forEach(function (i) { special[i] = true; });
       span.e.forEach(function (end, i) {

@@ -25,11 +25,13 @@ from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.inspect.decode import DecodedSpan, Piece, decode_pieces, decode_span
 
 __all__ = [
+    "EndOfTurn",
     "GroupView",
     "Piece",
     "TrajectoryView",
     "ViewerError",
     "decode_pieces",
+    "end_of_turn",
     "group_view",
     "load_records",
     "overview",
@@ -117,6 +119,8 @@ class GroupView:
     provenance: dict[str, Any]
     env_config: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
+    traceback: str | None = None
+    """A failed group's last error as Python printed it (file, line, frames)."""
 
     @property
     def mean_reward(self) -> float | None:
@@ -211,6 +215,7 @@ def group_view(tokenizer: Any, record: GroupRecord, index: int) -> GroupView:
         provenance=dict(record.provenance),
         env_config=dict(record.env_config),
         extra=dict(record.extra),
+        traceback=record.traceback,
     )
 
 
@@ -264,6 +269,52 @@ def estimators(records: list[GroupRecord]) -> list[str]:
         if isinstance(info, dict) and info.get("estimator"):
             names.add(str(info["estimator"]) + (", std" if info.get("normalize_std") else ""))
     return sorted(names)
+
+
+@dataclass
+class EndOfTurn:
+    """How the file's actions end: with the end-of-turn token sampled, or not.
+
+    The loss covers exactly the sampled tokens. When the sampler stops before the
+    end-of-turn token (a stop string, a policy that returns text), the template
+    writes that token at the start of the next observation: it is shown there,
+    masked, and is never trained. When the policy sampled it, it ends the action
+    and is trained with it. The legend says which, counted over the file."""
+
+    token: str | None
+    sampled: int
+    turns: int
+
+    def note(self) -> str:
+        if not self.token or not self.turns:
+            return ""
+        if self.sampled == 0:
+            return (
+                f"end-of-turn token {self.token}: never sampled here, so it is never trained "
+                "(the template adds it to the next observation, masked)"
+            )
+        if self.sampled == self.turns:
+            return f"end-of-turn token {self.token}: sampled at the end of every action, so trained"
+        return (
+            f"end-of-turn token {self.token}: sampled (trained) in {self.sampled} of "
+            f"{self.turns} turns; in the others the template adds it to the next "
+            "observation (masked, never trained)"
+        )
+
+
+def end_of_turn(records: list[GroupRecord], tokenizer: Any) -> EndOfTurn:
+    """Count the turns whose action ends with the tokenizer's end-of-turn (EOS) token."""
+    token = getattr(tokenizer, "eos_token", None)  # tokenizers without one give no note
+    token_id = getattr(tokenizer, "eos_token_id", None)
+    sampled = turns = 0
+    for record in records:
+        if record.group is None:
+            continue
+        for traj in record.group.trajectories:
+            for tr in traj.transitions:
+                turns += 1
+                sampled += bool(tr.ac.tokens) and tr.ac.tokens[-1] == token_id
+    return EndOfTurn(token if isinstance(token, str) else None, sampled, turns)
 
 
 # ---- the tokenizer a file was made with ----------------------------------------------------

@@ -20,6 +20,7 @@ __all__ = [
     "Policy",
     "PolicyError",
     "PolicyFactory",
+    "check_policy_options",
     "make_policy",
     "policy_for",
 ]
@@ -49,6 +50,22 @@ def make_policy(name: str, **options: Any) -> Policy | PolicyFactory:
     Every policy also takes ``weights_version``, stored with each group's provenance
     so a trainer can tell how stale the samples are.
     """
+    weights_version = options.pop("weights_version", None)
+    target, checked = _checked_options(name, options)
+    policy = target(**{key: getattr(checked, key) for key in options})
+    if weights_version is not None:
+        policy.weights_version = weights_version  # recorded in every group's provenance
+    return policy
+
+
+def check_policy_options(name: str, options: dict[str, Any]) -> None:
+    """Raise the ``ValueError`` :func:`make_policy` would for this name and these
+    options, without making the policy (the CLI checks before loading a tokenizer)."""
+    _checked_options(name, {k: v for k, v in options.items() if k != "weights_version"})
+
+
+def _checked_options(name: str, options: dict[str, Any]) -> tuple[Any, Any]:
+    """The policy's constructor and its options validated and coerced."""
     from pydantic import ValidationError
 
     if name not in POLICIES:
@@ -57,7 +74,6 @@ def make_policy(name: str, **options: Any) -> Policy | PolicyFactory:
     target: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         target = getattr(target, part)
-    weights_version = options.pop("weights_version", None)
     schema = _options_model(name, target)
     unknown = sorted(set(options) - set(schema.model_fields))
     if unknown:
@@ -66,16 +82,17 @@ def make_policy(name: str, **options: Any) -> Policy | PolicyFactory:
             f"accepted: {', '.join([*schema.model_fields, 'weights_version'])}"
         )
     try:
-        checked = schema(**options)
+        return target, schema(**options)
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '<options>'}: {e['msg']}" for e in err.errors()
-        )
+        problems = "; ".join(_problem(e) for e in err.errors())
         raise ValueError(f"bad option for policy {name!r}: {problems}") from None
-    policy = target(**{key: getattr(checked, key) for key in options})
-    if weights_version is not None:
-        policy.weights_version = weights_version  # recorded in every group's provenance
-    return policy
+
+
+def _problem(error: Any) -> str:
+    where = ".".join(str(p) for p in error["loc"]) or "<options>"
+    if error["type"] == "missing":
+        return f"option {where} is required"
+    return f"{where}: {error['msg']}"
 
 
 def _options_model(name: str, target: Any) -> Any:

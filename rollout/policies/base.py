@@ -45,6 +45,28 @@ class Policy(Protocol):
     ) -> TokensWithLogprobs: ...
 
 
+DEFAULT_MAX_TOKENS = 256
+"""The tokens a turn may sample when neither the policy nor the env sets a cap."""
+
+
+def turn_token_cap(own: int | None, env_cap: int | None) -> int:
+    """How many tokens one turn may sample: the policy's own ``max_tokens`` and the env's cap.
+
+    A policy's ``max_tokens``, when the user set it, bounds every turn and an env cap can
+    only lower it. Left unset (None), the env's cap for this turn rules, so a preset's
+    per-turn budget (Search-R1's 500 tokens) or what is left of a per-episode budget
+    (ReTool's 16384) is what is sampled without a matching policy flag; where the env sets
+    no cap either, :data:`DEFAULT_MAX_TOKENS`."""
+    if own is None:
+        return DEFAULT_MAX_TOKENS if env_cap is None else env_cap
+    return own if env_cap is None else min(own, env_cap)
+
+
+def check_max_tokens(max_tokens: int | None) -> None:
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1 (or None: the env's cap), got {max_tokens}")
+
+
 PolicyFactory = Callable[[Env], Policy]
 """Makes a policy for one env: scripted and replay policies need to know their env."""
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agentenvs.envs.types import SamplerStopReason, StopCondition, TokensWithLogprobs
-from agentenvs.rollout.policies.base import PolicyError
+from agentenvs.rollout.policies.base import PolicyError, check_max_tokens, turn_token_cap
 from agentenvs.rollout.policies.stop import split_stop
 
 
@@ -162,7 +162,7 @@ class HFPolicy:
         *,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        max_tokens: int = 256,
+        max_tokens: int | None = None,
         seed: int | None = None,
         device: str = "cpu",
         dtype: str = "float32",
@@ -174,8 +174,7 @@ class HFPolicy:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        check_max_tokens(max_tokens)
         self.model_name = str(model) if isinstance(model, str | Path) else type(model).__name__
         if isinstance(model, str | Path):
             model = _load_model(str(model), dtype, device)
@@ -200,7 +199,7 @@ class HFPolicy:
     async def __call__(
         self, observation: list[int], stop: StopCondition, *, max_tokens: int | None = None
     ) -> TokensWithLogprobs:
-        cap = self.max_tokens if max_tokens is None else min(max_tokens, self.max_tokens)
+        cap = turn_token_cap(self.max_tokens, max_tokens)
         cancel = threading.Event()
         try:
             return await asyncio.to_thread(

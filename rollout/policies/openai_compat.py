@@ -56,8 +56,10 @@ from agentenvs.envs.types import SamplerStopReason, StopCondition, TokensWithLog
 from agentenvs.rollout.policies.base import (
     PolicyError,
     StampedTokens,
+    check_max_tokens,
     current_turn,
     derive_seed,
+    turn_token_cap,
 )
 from agentenvs.rollout.policies.stop import split_stop
 from agentenvs.rollout.weights.custody import PROVEN, WeightsCustody
@@ -112,7 +114,7 @@ class OpenAICompatPolicy:
         tokenizer: Any = None,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        max_tokens: int = 256,
+        max_tokens: int | None = None,
         seed: int | None = None,
         timeout: float = 120.0,
         connect_timeout: float = 5.0,
@@ -126,6 +128,7 @@ class OpenAICompatPolicy:
     ) -> None:
         if api not in ("vllm", "sglang"):
             raise ValueError(f"api must be 'vllm' or 'sglang', got {api!r}")
+        check_max_tokens(max_tokens)
         if retries < 0 or concurrency < 1 or timeout <= 0:
             raise ValueError("need retries >= 0, concurrency >= 1 and timeout > 0")
         self.urls = _base_urls(url)
@@ -191,7 +194,7 @@ class OpenAICompatPolicy:
     async def __call__(
         self, observation: list[int], stop: StopCondition, *, max_tokens: int | None = None
     ) -> TokensWithLogprobs:
-        cap = self.max_tokens if max_tokens is None else min(max_tokens, self.max_tokens)
+        cap = turn_token_cap(self.max_tokens, max_tokens)
         client, slots = self._session()
         seed = self.request_seed()
         async with slots:

@@ -6,9 +6,12 @@ p99 within 2x) is about where a request waits. Three rules, each here:
 - a slot whose run failed is offered again only once its worker answered a ping, i.e.
   finished its own cleanup (``_settle``): no request lands on a worker still killing a
   fork bomb or wiping a work dir while another worker is free;
-- a worker that must go (recycle, failed health check) hands its slot to a standby
-  worker at once (``_swap_in_standby``), and a request waiting while a slot is held by a
-  run older than ``LEND_AFTER_SECONDS`` is served by a standby worker (``_acquire_slot``);
+- a worker that must go (recycle, failed health check, or a reset that failed, as its
+  ping or a refused run says) hands its slot to a standby worker at once
+  (``_swap_in_standby``), and a request waiting while a slot is held by a run older than
+  ``LEND_AFTER_SECONDS``, or is away for its worker's cleanup, check or replacement
+  (issue #24: the aftermath of a hostile run, not only the run), is served by a standby
+  worker (``_acquire_slot``);
 - after every run the host checks the worker's cgroup against its fresh baseline
   (``pool/health.py``) and recycles a worker that does not come back (class 3).
 
@@ -61,32 +64,39 @@ class PoolCare(Generic[W]):
     _closed: bool
     stats: dict[str, int]
     _standby_starting = 0
+    _out_of_queue = 0
+    """Pool slots away from the idle queue for their worker's cleanup, check or replacement."""
 
     async def _acquire_slot(self) -> Slot[W]:
-        """An idle slot; or, when every slot is held by a run longer than
-        ``LEND_AFTER_SECONDS`` (a hostile program running into its timeout, say), a
-        standby worker lent as a temporary slot, so short runs do not queue behind it."""
+        """An idle slot; or, when no slot is idle and one is held by a run longer than
+        ``LEND_AFTER_SECONDS`` (a hostile program running into its timeout, say) or is
+        away while its worker cleans up after a failed run or is replaced, a standby
+        worker lent as a temporary slot, so short runs do not queue behind it (at once
+        when the slot is away: it will not be back within a short run)."""
         assert self._idle is not None
         while True:
             if not self._idle.empty() or not self._standby_wanted:
                 return await self._idle.get()
-            try:
-                return await asyncio.wait_for(self._idle.get(), LEND_POLL_SECONDS)
-            except TimeoutError:
-                pass
+            if not self._can_lend():
+                try:
+                    return await asyncio.wait_for(self._idle.get(), LEND_POLL_SECONDS)
+                except TimeoutError:
+                    pass
             if self._can_lend():
                 self._lent += 1
                 self.stats["standby_lends"] += 1
                 return Slot(self._standby.pop(), lent=True)
 
     def _can_lend(self) -> bool:
-        """Each slot held by a long run may be stood in for by one standby worker: the
-        other slots' short runs keep their capacity, as if the long run were elsewhere."""
+        """Each slot held by a long run, or out of the queue while its worker cleans up
+        after a failed run or is checked or replaced (``_release_slot``), may be stood in
+        for by one standby worker: the other slots' short runs keep their capacity, as if
+        the long run and its aftermath were elsewhere."""
         if not self._standby or self._lent >= self._standby_wanted:
             return False
         now = asyncio.get_running_loop().time()
         stuck = sum(now - started >= LEND_AFTER_SECONDS for started in self._busy_since.values())
-        return stuck > self._lent
+        return stuck + self._out_of_queue > self._lent
 
     def _swap_in_standby(self, slot: Slot[W]) -> W | None:
         """A worker that must go is replaced by a standby one at once (none waits)."""
@@ -166,8 +176,10 @@ class PoolCare(Generic[W]):
                     await self._ready_worker(slot)
             finally:
                 assert self._idle is not None
+                self._out_of_queue -= 1
                 self._idle.put_nowait(slot)
 
+        self._out_of_queue += 1  # at once: the next request may be lent a standby worker
         self._background(check_or_replace())
 
     def _give_back_lent(self, slot: Slot[W], healthy: bool, settle: bool) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.envs.errors import AgentEnvsError, TransientError
 
 
-class WorkerDead(AgentEnvsError, RuntimeError):
+class WorkerDead(TransientError, RuntimeError):
     """A worker stopped answering; ``delivered`` says whether the request had reached it
-    (only an undelivered request is safe to retry elsewhere)."""
+    (only an undelivered request is safe to retry elsewhere). Transient: an episode
+    that met it is retried by the collector with fresh envs."""
 
     def __init__(self, message: str, *, delivered: bool) -> None:
         super().__init__(message)

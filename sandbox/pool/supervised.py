@@ -344,10 +344,15 @@ class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
                     continue
                 return await self._dead_result(worker, exc, limits["memory_bytes"] // MB, before)
             if response.get("not_run") and attempt == 0:
-                # the worker could not clean up after its previous execution: use a fresh one
+                # the worker could not clean up after its previous execution: use a fresh
+                # one, a standby worker if one is warm (no wait for a start-up)
+                self.stats["retries"] += 1
+                old = self._swap_in_standby(slot)
+                if old is not None:
+                    self._background(self._retire(old))
+                    continue
                 await self._retire(worker)
                 slot.worker = None
-                self.stats["retries"] += 1
                 continue
             oom = oom_between(before, self._oom_count(worker))
             return to_exec_result(response, oom=oom, memory_mb=limits["memory_bytes"] // MB)

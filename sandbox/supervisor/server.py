@@ -211,7 +211,7 @@ class Supervisor:
     def serve(self) -> None:
         write_frame(self.proto_out, self.hello)
         handlers = {
-            "ping": lambda req: {"ok": True},
+            "ping": self.ping,
             "probe": self.probe,
             "run": self.run,
             "session_open": self.sessions.open,
@@ -243,6 +243,17 @@ class Supervisor:
             resp["id"] = req.get("id")
             write_frame(self.proto_out, resp)
             self.after_response(req.get("op"))
+
+    def ping(self, req: dict) -> dict:
+        """Answered once the previous run's cleanup is done (``after_response`` runs
+        before the next request is read); a worker that could not be reset says so here,
+        so the host replaces it before a request lands on it (rather than the request
+        finding it condemned and waiting for a fresh worker)."""
+        if self.needs_cleanup:
+            self.finish_cleanup()
+        if self.dirty:
+            return {"ok": True, "recycle": True, "message": self.reset_problem}
+        return {"ok": True}
 
     # -- stateless runs -------------------------------------------------------------
     def _spawn(self, body, limits: dict, stdin: str | None, cpu: tuple[int, int] | None):
@@ -332,7 +343,8 @@ class Supervisor:
                 os.dup2(out_w, 1)
                 os.dup2(err_w, 2)
                 restrict_static(self.landlock)
-                os.dup2(ctrl_r, 3, inheritable=False)
+                if ctrl_r != 3:  # dup3 refuses equal descriptors (a supervisor born without 0-2)
+                    os.dup2(ctrl_r, 3, inheritable=False)
                 os.closerange(4, 1 << 16)
                 os.chdir(self.workdir)
                 reset_signals()

@@ -11,7 +11,7 @@ from agentenvs.envs.alfworld.pool import (
     WorkerTimeout,
 )
 from agentenvs.envs.data_files import DataError
-from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.envs.errors import AgentEnvsError, is_transient
 from agentenvs.envs.registry import EnvConfigError, UnknownEnvError
 from agentenvs.envs.retool.env import SandboxFailure
 from agentenvs.envs.retool.problems import load_problems
@@ -49,3 +49,19 @@ def test_one_data_error_serves_every_environment(tmp_path) -> None:
         load_problems(bad)
     with pytest.raises(DataError, match=r"bad\.jsonl:2: not JSON"):
         load_tasks(bad)
+
+
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        (SandboxFailure("the sandbox session failed"), True),
+        (WorkerCrashed("worker died"), True),
+        (EngineError("the engine refused the game"), False),
+        (QueryRejected("query too long"), False),
+        (KeyError("oops"), False),
+    ],
+)
+def test_infrastructure_faults_are_retried_and_env_bugs_are_not(error, transient) -> None:
+    # The collector retries only what is_transient says is of the moment: a sandbox or
+    # worker that died, not a bug in the env's own code (issue 30: a KeyError in step).
+    assert is_transient(error) is transient

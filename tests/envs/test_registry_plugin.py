@@ -63,6 +63,7 @@ def test_cli_lists_the_plugin_only_when_installed(plugin_site, tmp_path) -> None
         "description": "Spell a word backwards; one try per turn, with feedback.",
         "available": True,
         "error": None,
+        "presets": [],
     }
     without = _run([str(AGENTENVS), "list", "--json"], None, tmp_path)
     assert without.returncode == 0, without.stderr

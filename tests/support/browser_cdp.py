@@ -103,6 +103,22 @@ class Page:
         for kind in ("mousePressed", "mouseReleased"):
             self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
 
+    def set_viewport(self, width: int, height: int) -> None:
+        """The window's size in CSS pixels (a laptop screen, say), before navigating."""
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+
+    def screenshot(self) -> bytes:
+        """What the viewport shows, as PNG bytes."""
+        import base64
+
+        return base64.b64decode(self.send("Page.captureScreenshot", format="png")["data"])
+
     def key(self, key: str) -> None:
         for kind in ("keyDown", "keyUp"):
             self.send("Input.dispatchKeyEvent", type=kind, key=key, text=key)

@@ -238,6 +238,14 @@ def _probe_podman() -> str | None:
     return None
 
 
+def _probe_user_mode_linux() -> str | None:
+    """A user-mode Linux kernel and mkfs.ext2 (its disk image) are on PATH."""
+    for binary in ("linux.uml", "mkfs.ext2"):
+        if shutil.which(binary) is None:
+            return f"no {binary} on PATH"
+    return None
+
+
 def _probe_chromium() -> str | None:
     if shutil.which("chromium") or shutil.which("chromium-browser"):
         return None
@@ -290,6 +298,13 @@ CONDITIONS: dict[str, Condition] = {
             "podman and runc cannot run here: apt-get install podman runc "
             "(`make system-packages` does, as root; rootless needs a login session)",
             _probe_podman,
+        ),
+        Condition(
+            "user-mode-linux",
+            "no user-mode Linux kernel to boot a pure cgroup v2 hierarchy in (this kernel's "
+            "memory and pids controllers may be held by cgroup v1): apt-get install "
+            "user-mode-linux e2fsprogs (`make system-packages` does, as root)",
+            _probe_user_mode_linux,
         ),
         Condition(
             "chromium",

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from agentenvs.envs.errors import TransientError
 from agentenvs.envs.types import (
     Env,
     EnvGroupBuilder,
@@ -23,12 +24,27 @@ from agentenvs.envs.types import (
 )
 
 
-class CountdownEnv(Env):
-    """Ends after ``turns`` actions; each observation extends the previous context."""
+class EnvHiccup(TransientError, RuntimeError):
+    """A failure of the moment (a service restarting): the collector retries it."""
 
-    def __init__(self, turns: int = 2, *, fail_at: int | None = None, prompt=(1, 2, 3)) -> None:
+
+class CountdownEnv(Env):
+    """Ends after ``turns`` actions; each observation extends the previous context.
+
+    ``fail_at`` makes that turn's step raise: a ``RuntimeError`` (a bug: not
+    retried), or with ``transient=True`` an :class:`EnvHiccup` (retried)."""
+
+    def __init__(
+        self,
+        turns: int = 2,
+        *,
+        fail_at: int | None = None,
+        transient: bool = False,
+        prompt=(1, 2, 3),
+    ) -> None:
         self.turns = turns
         self.fail_at = fail_at
+        self.transient = transient
         self.context = list(prompt)
         self.taken = 0
         self.extras: list[dict] = []
@@ -41,7 +57,8 @@ class CountdownEnv(Env):
         self.taken += 1
         self.extras.append(dict(extra or {}))
         if self.fail_at is not None and self.taken == self.fail_at:
-            raise RuntimeError(f"env broke at turn {self.taken}")
+            error = EnvHiccup if self.transient else RuntimeError
+            raise error(f"env broke at turn {self.taken}")
         self.context += list(action)
         if self.taken >= self.turns:
             return StepResult(1.0, True, [], [], metrics={stop_metric(StopReason.COMPLETED): 1})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.envs.errors import AgentEnvsError, TransientError
 
 
 @dataclass
@@ -23,6 +23,11 @@ class Passage:
 
 class RetrieverError(AgentEnvsError, RuntimeError):
     """Retrieval failed (a dead server, a missing index); the message says which."""
+
+
+class RetrieverUnavailable(RetrieverError, TransientError):
+    """The retrieval service did not answer after its retries (down, restarting, busy):
+    of the moment, so the collector retries the group with fresh envs."""
 
 
 class QueryRejected(RetrieverError):

@@ -32,6 +32,7 @@ from agentenvs.envs.search_r1.retrievers.base import (
     QueryRejected,
     Retriever,
     RetrieverError,
+    RetrieverUnavailable,
 )
 from agentenvs.envs.search_r1.retrievers.batching import MicroBatcher, PerLoop
 from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
@@ -171,7 +172,7 @@ class HttpRetriever(Retriever):
                 return parse_response(response.json(), len(queries))
             except ValueError as err:
                 raise RetrieverError(f"retrieval server {self.url}: {err}") from None
-        error = _StatusError if status_failed else RetrieverError
+        error = _StatusError if status_failed else RetrieverUnavailable
         raise error(
             f"retrieval server {self.url} is unavailable after {attempts} attempt(s): {last_error}",
             status=last_status,

@@ -37,6 +37,8 @@ def sample_to_json(
     line = {name: getattr(sample, name) for name in FIELDS}
     if sample.anchor_keys:  # only environments that name their states (ALFWorld) have them
         line["anchor_keys"] = list(sample.anchor_keys)
+    if sample.collected:  # what was collected, so `agentenvs check` needs no store
+        line["collected"] = sample.collected
     if extra:
         line["extra"] = dict(extra)
     return line
@@ -62,6 +64,7 @@ def sample_from_json(line: Mapping[str, Any], *, strict: bool = True) -> Trainin
         prompt_length=int(line.get("prompt_length", 0)),
         advantage=float(line.get("advantage", 0.0)),
         anchor_keys=[str(key) for key in line.get("anchor_keys", [])],
+        collected=line.get("collected"),
     )
 
 

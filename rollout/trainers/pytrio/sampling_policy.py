@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from agentenvs.envs.types import SamplerStopReason, StopCondition, TokensWithLogprobs
-from agentenvs.rollout.policies.base import PolicyError
+from agentenvs.rollout.policies.base import PolicyError, check_max_tokens, turn_token_cap
 
 _LENGTH = frozenset({"length", "max_tokens", "max_length"})
 _EOS = frozenset({"eos", "eos_token", "end_of_sequence"})
@@ -59,7 +59,7 @@ class PyTrioSamplingPolicy:
         self,
         sampling_client: Any,
         *,
-        max_tokens: int = 256,
+        max_tokens: int | None = None,
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int = -1,
@@ -67,8 +67,7 @@ class PyTrioSamplingPolicy:
         eos_token_ids: Iterable[int] = (),
         weights_version: int | str | None = None,
     ) -> None:
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        check_max_tokens(max_tokens)
         self.client = sampling_client
         self.max_tokens = max_tokens
         self.temperature = temperature
@@ -84,7 +83,7 @@ class PyTrioSamplingPolicy:
         from pytrio.errors.base import PyTrioError
         from pytrio.types import ModelInput, SamplingParams
 
-        cap = self.max_tokens if max_tokens is None else min(max_tokens, self.max_tokens)
+        cap = turn_token_cap(self.max_tokens, max_tokens)
         params = SamplingParams(
             max_tokens=cap,
             temperature=self.temperature,

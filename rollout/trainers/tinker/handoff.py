@@ -118,11 +118,16 @@ def to_tinker_datums(
 
 
 def assemble_tinker_data(
-    groups: list[TrajectoryGroup], advantages: Sequence[Sequence[float]]
+    groups: list[TrajectoryGroup], advantages: Sequence[Sequence[float | Sequence[float]]]
 ) -> tuple[list[tinker.Datum], list[dict[str, int]]]:
     """The counterpart of the cookbook's ``assemble_training_data``: datums plus, per
-    datum, the ``group_idx`` and ``traj_idx`` it came from."""
-    plain = [[float(a) for a in group_advantages] for group_advantages in advantages]
+    datum, the ``group_idx`` and ``traj_idx`` it came from. A trajectory's advantage
+    may be a list with one value per step (``compute_advantages(groups, "gigpo")``),
+    which the cookbook has no counterpart for."""
+    plain = [
+        [[float(v) for v in a] if isinstance(a, Sequence) else float(a) for a in group_advantages]
+        for group_advantages in advantages
+    ]
     # One pause over both steps: the intermediate samples are freed by reference
     # counting before the collector runs again, so it never has to walk them.
     with gc_paused():

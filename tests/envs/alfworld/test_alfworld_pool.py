@@ -142,7 +142,6 @@ async def test_killed_worker_can_end_the_episode_instead(tokenizer):
         cfg.shutdown()
 
 
-@pytest.mark.slow
 async def test_memory_stays_flat_over_300_episodes():
     """RSS of one worker after episode 50 vs 300: one engine, resets, and a game switch
     (a fresh ``load``) every tenth episode."""

@@ -31,15 +31,23 @@ def gigpo():
     cfg.shutdown()
 
 
-async def play(cfg, tokenizer, texts):
+async def play(cfg, tokenizer, texts, stop: str = "eos"):
+    """Plays ``texts``; ``stop="length"`` sends each as the sampler's cut at the env's cap
+    (the text's first ``max_action_tokens()`` tokens, no end-of-turn)."""
     index = [g.name for g in cfg.games()].index(SMALL)
     env = cfg.make_env(index, tokenizer)
     ob, _ = await env.initial_observation()
     results = []
     try:
         for text in texts:
-            tokens = env.renderer.encode(text) + env.renderer.end_of_turn_tokens()
-            results.append(await env.step(tokens, extra={"stop_reason": "eos"}))
+            tokens = env.renderer.encode(text)
+            if stop == "length":
+                tokens = tokens[: env.max_action_tokens()]
+            else:
+                tokens += env.renderer.end_of_turn_tokens()
+            results.append(await env.step(tokens, extra={"stop_reason": stop}))
+            if results[-1].episode_done:
+                break
     finally:
         await env.close()
     return env, ob, results
@@ -47,6 +55,11 @@ async def play(cfg, tokenizer, texts):
 
 def test_preset_values(gigpo):
     assert gigpo.success_reward == 10 and gigpo.limits.max_turns == 50
+    # run_alfworld.sh: data.max_response_length=512, data.max_prompt_length=2048
+    assert gigpo.limits.max_tokens_per_turn == 512 and gigpo.limits.max_prompt_tokens == 2048
+    assert gigpo.limits.on_truncated_action == "pass"
+    default = make("alfworld")  # today's defaults are unchanged
+    assert default.limits.on_truncated_action == "end" and default.limits.max_prompt_tokens is None
     assert gigpo.history == "window" and gigpo.history_window == 2
     assert gigpo.require_think and not gigpo.penalise_inadmissible
     assert make("alfworld").prompt_layout == "agentenvs"  # today's default is unchanged
@@ -79,6 +92,43 @@ async def test_no_action_sends_the_last_30_characters(gigpo, tokenizer):
     env, _, (result,) = await play(gigpo, tokenizer, [THINK + "I would rather look around."])
     assert result.reward == pytest.approx(-0.1) and result.logs["feedback"] == NOTHING_HAPPENS
     assert env.task.memory[-1][1] == (THINK + "I would rather look around.").lower()[-30:]
+
+
+async def test_a_reply_cut_by_the_step_cap_is_projected_penalised_and_play_goes_on(
+    gigpo, tokenizer
+):
+    # verl-agent's rollout_loop decodes the (cut) response and steps the env with it;
+    # the projection finds no complete <action> block, plays the tail, pays 0.1.
+    long_reply = THINK + "<action>look" + " and then I keep on thinking" * 200 + "</action>"
+    env, _, results = await play(
+        gigpo, tokenizer, [long_reply, THINK + "<action>look</action>"], "length"
+    )
+    cut, after = results
+    assert len(env.renderer.encode(long_reply)) > 512  # the cap really cut it
+    assert not cut.episode_done and cut.reward == pytest.approx(-0.1)
+    assert cut.metrics["invalid_format"] == 1 and cut.logs["feedback"] == NOTHING_HAPPENS
+    assert not after.episode_done
+    # (same engine pool as the fixture's: its shutdown covers this config too)
+    ended = make("alfworld", preset="gigpo", data="shipped", limits={"on_truncated_action": "end"})
+    _, _, (stopped,) = await play(ended, tokenizer, [long_reply], "length")
+    assert stopped.episode_done and stopped.metrics["stop/max_tokens"] == 1
+
+
+async def test_a_prompt_over_the_prompt_cap_ends_the_episode(gigpo, tokenizer):
+    look = THINK + "<action>look</action>"
+    _, ob, (fits,) = await play(gigpo, tokenizer, [look])
+    assert len(ob) <= 2048 and not fits.episode_done
+    first, later = len(ob), len(fits.next_observation)
+    assert later > first  # the windowed prompt grows with its history
+    small = make(
+        "alfworld", preset="gigpo", data="shipped", limits={"max_prompt_tokens": first - 1}
+    )
+    _, _, (result,) = await play(small, tokenizer, [look])
+    assert result.episode_done and result.metrics["stop/context_overflow"] == 1
+    # Each fresh (windowed) prompt is held to the cap too, not only the first one.
+    tight = make("alfworld", preset="gigpo", data="shipped", limits={"max_prompt_tokens": first})
+    _, _, (step,) = await play(tight, tokenizer, [look])
+    assert step.episode_done and step.metrics["stop/context_overflow"] == 1
 
 
 async def test_first_action_lowercased_and_sent_as_is(gigpo, tokenizer):
@@ -138,3 +188,21 @@ def test_rollout_cli_runs_the_preset_with_the_oracle(tmp_path):
     assert summary["failed"] == 0 and summary["mean_reward"] == 10.0
     record = json.loads(out.read_text().splitlines()[0])
     assert "anchor_key" in json.dumps(record)
+
+
+async def test_our_texts_come_from_a_strings_file(tmp_path, tokenizer):
+    path = tmp_path / "alfworld.toml"
+    path.write_text(
+        'system_prompt = "MY SYSTEM"\nformat_hint = "MY HINT"\ntool_description = "MY TOOL"\n'
+    )
+    cfg = make("alfworld", data="shipped", strings_file=str(path))  # the agentenvs layout
+    env, _, (result,) = await play(cfg, tokenizer, ["no action here"])
+    assert env.task.initial_messages()[0] == {"role": "system", "content": "MY SYSTEM"}
+    assert "MY HINT" in tokenizer.decode(result.next_observation)
+    tool = make("alfworld", data="shipped", protocol="tool", strings_file=str(path))
+    assert tool.make_text_env(0).tools()[0]["function"]["description"] == "MY TOOL"
+    templates = tmp_path / "templates.yaml"
+    templates.write_text("first_prompt_template: 'FIRST {current_observation}'\n")
+    gigpo = make("alfworld", preset="gigpo", data="shipped", strings_file=str(templates))
+    env, _, _ = await play(gigpo, tokenizer, [])
+    assert env.task.initial_messages()[0]["content"].startswith("FIRST -= Welcome")

@@ -23,7 +23,6 @@ def podman() -> PodmanService:
     return require_podman()
 
 
-@pytest.mark.slow
 def test_rollout_cli_with_the_docker_backend(podman: PodmanService, tmp_path: Path):
     records = run_retool_rollout(
         tmp_path / "retool.jsonl",

@@ -376,7 +376,6 @@ async def test_a_dead_sandbox_server_raises_instead_of_scoring(tokenizer):
 
 
 # ---- the shipped problems ---------------------------------------------------------------
-@pytest.mark.slow
 async def test_every_shipped_answer_is_verified_in_the_sandbox(tokenizer):
     """Each problem's oracle episode earns +1, and its independent check program
     prints the same answer, both through the real sandbox."""

@@ -13,32 +13,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.preset_play import play_turns as play
 from support.search_r1_helpers import free_port, start_server
 
 from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.envs.registry import make
-from agentenvs.envs.rendered_env import RenderedEnv
 from agentenvs.envs.search_r1.config import SEARCH_R1_PRESET, SearchR1Config
 from agentenvs.envs.search_r1.retrievers import RetrieverConfig, make_retriever
 from agentenvs.envs.search_r1.retrievers.base import QueryRejected, RetrieverError
 
 AGENTENVS = str(Path(sys.executable).parent / "agentenvs")
-
-
-def encode(env: RenderedEnv, text: str, stop: str) -> list[int]:
-    tokens = env.renderer.encode(text)
-    return tokens + env.renderer.end_of_turn_tokens() if stop == "eos" else tokens
-
-
-async def play(env: RenderedEnv, turns: list[tuple[str, str]]):
-    await env.initial_observation()
-    results = []
-    for text, stop in turns:
-        result = await env.step(encode(env, text, stop), extra={"stop_reason": stop})
-        results.append(result)
-        if result.episode_done:
-            break
-    return results
 
 
 QUERY = " ".join(
@@ -53,13 +37,18 @@ def golden(cfg: SearchR1Config) -> str:
 
 def test_preset_sets_the_originals_values_and_the_caller_wins():
     cfg = make("search_r1", preset="search_r1")
-    assert cfg.max_turns == 2 and cfg.limits.max_turns == 3
+    # scripts/nq_hotpotqa/v0.*/train_grpo.sh and evaluate.sh: max_turns=4, max_response_length=500
+    assert cfg.max_turns == 4 and cfg.limits.max_turns == 5
+    assert cfg.limits.max_tokens_per_turn == 500 and cfg.limits.max_response_tokens is None
+    assert cfg.answer_scope == "prompt_and_response" and not cfg.last_turn_hint
     assert cfg.parse_point == "first_stop" and cfg.obs_truncation == "cut_end"
     assert cfg.limits.on_truncated_action == "pass" and cfg.retriever.topk == 3
     assert cfg.max_obs_tokens == 500 and cfg.reward == "em" and cfg.protocol == "tags"
     mine = make("search_r1", preset="search_r1", max_turns=3, retriever={"kind": "bm25"})
     assert mine.max_turns == 3 and mine.limits.max_turns == 4 and mine.retriever.topk == 3
-    assert make("search_r1").parse_point == "whole_action"  # today's default is unchanged
+    default = make("search_r1")  # today's defaults are unchanged
+    assert default.parse_point == "whole_action" and default.limits.max_tokens_per_turn is None
+    assert default.answer_scope == "actions" and default.last_turn_hint
     assert set(SEARCH_R1_PRESET) <= set(SearchR1Config.model_fields)
 
 

@@ -1,24 +1,48 @@
-"""A dead policy server: one warning line per group and a count, not one per retry."""
+"""A failing policy server: one warning line per group and a count, not one per retry.
+
+The server answers (so the pre-run probe passes) but with 503 to every request, the
+way an overloaded or half-started server does; each request is then retried."""
 
 from __future__ import annotations
 
 import json
 import logging
-import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
 from typer.testing import CliRunner
 
 from agentenvs.rollout.cli import app
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class _Unavailable(BaseHTTPRequestHandler):
+    def _answer(self) -> None:
+        body = b'{"error": "busy"}'
+        self.send_response(503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: object) -> None:  # quiet
+        pass
 
 
-def test_retry_warnings_collapse_to_one_line_per_group(tmp_path, caplog) -> None:
-    port = _closed_port()
+@pytest.fixture
+def unavailable_port() -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Unavailable)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_retry_warnings_collapse_to_one_line_per_group(tmp_path, caplog, unavailable_port) -> None:
+    port = unavailable_port
     with caplog.at_level(logging.WARNING, logger="agentenvs.rollout.policies"):
         result = CliRunner().invoke(
             app,

@@ -105,7 +105,9 @@ async def test_store_resume_and_retries_work_under_streaming(tmp_path):
     store = TrajectoryStore(tmp_path / "stream.jsonl")
     flaky = RecordingBuilder(
         task_id="flaky",
-        env_factory=lambda attempt, i: CountdownEnv(2, fail_at=1 if attempt == 1 else None),
+        env_factory=lambda attempt, i: CountdownEnv(
+            2, fail_at=1 if attempt == 1 else None, transient=True
+        ),
     )
     broken = RecordingBuilder(task_id="broken", env_factory=lambda a, i: CountdownEnv(2, fail_at=1))
     builders = [*_builders(2), flaky, broken]
@@ -133,7 +135,7 @@ async def test_a_store_of_another_run_is_refused_as_the_collector_refuses_it(tmp
     with pytest.raises(RunMismatchError) as by_stream:
         StreamingCollection(_builders(2), VersionedPolicy(), store=store, env_config={"high": 20})
     assert str(by_stream.value) == str(by_collect.value)
-    assert "config_sha256" in str(by_stream.value)
+    assert "config high: 10 in the store, 20 now" in str(by_stream.value)
     assert store.path.read_bytes() == before  # nothing appended
     # Asked for a new run, it appends one and skips none of the other run's keys.
     fresh = StreamingCollection(

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import pytest
 from support.paths import SUPPORT
@@ -62,9 +63,11 @@ async def test_records_carry_keys_env_and_provenance():
 
 
 async def test_retry_uses_fresh_envs_and_succeeds():
-    # The first attempt's first env raises mid-episode; the second attempt works.
+    # The first attempt's first env hiccups mid-episode; the second attempt works.
     builder = RecordingBuilder(
-        env_factory=lambda attempt, i: CountdownEnv(fail_at=2 if attempt == 1 and i == 0 else None)
+        env_factory=lambda attempt, i: CountdownEnv(
+            fail_at=2 if attempt == 1 and i == 0 else None, transient=True
+        )
     )
     result = await collect([builder], EchoPolicy(), retries=1, progress=False)
     (record,) = result.records
@@ -77,7 +80,7 @@ async def test_retry_uses_fresh_envs_and_succeeds():
 
 async def test_a_group_that_always_fails_is_recorded_failed_and_others_are_kept(tmp_path):
     broken = RecordingBuilder(
-        task_id="broken", env_factory=lambda attempt, i: CountdownEnv(fail_at=1)
+        task_id="broken", env_factory=lambda attempt, i: CountdownEnv(fail_at=1, transient=True)
     )
     builders = [*_builders(2), broken, *_builders(2)]
     keys = [f"k{i}" for i in range(5)]
@@ -88,7 +91,7 @@ async def test_a_group_that_always_fails_is_recorded_failed_and_others_are_kept(
     assert len(result.records) == 5  # nothing dropped
     (failed,) = result.failed
     assert failed.key == "k2" and failed.attempts == 3 and failed.group is None
-    assert "RuntimeError: env broke at turn 1" in failed.error
+    assert failed.error.count("EnvHiccup: env broke at turn 1") == 3
     assert failed.error.startswith("failed after 3 attempts")
     assert broken.cleanups == 3
     stored = {r.key: r.status for r in store.read()}
@@ -144,11 +147,20 @@ async def test_duplicate_keys_and_bad_settings_are_rejected():
         await collect(_builders(1), EchoPolicy(), concurrency=0, progress=False)
 
 
-async def test_progress_bar_is_safe_without_a_terminal(capsys):
-    result = await collect(_builders(2), EchoPolicy(), progress=True)
-    assert len(result.ok) == 2
+async def test_progress_off_a_terminal_is_plain_periodic_lines(capsys, monkeypatch):
+    monkeypatch.setenv("AGENTENVS_PROGRESS_SECONDS", "0")  # every tenth, however fast
+    result = await collect(_builders(20), EchoPolicy(), progress=True)
+    assert len(result.ok) == 20
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == ""  # not a TTY: no bar, no noise
+    assert captured.out == "" and "\x1b" not in captured.err  # not a TTY: no bar
+    lines = captured.err.splitlines()
+    assert [line.split(" done")[0] for line in lines] == [f"groups {n}/20" for n in range(2, 21, 2)]
+    assert all(", 0 failed, " in line for line in lines)
+    monkeypatch.setenv("AGENTENVS_PROGRESS_SECONDS", "3600")  # a run shorter than that
+    await collect(_builders(20), EchoPolicy(), progress=True)
+    assert capsys.readouterr().err == ""  # a training loop's quick steps stay quiet
+    await collect(_builders(2), EchoPolicy(), progress=False)
+    assert capsys.readouterr().err == ""
 
 
 async def test_cancelling_a_collection_cleans_up_running_groups(tmp_path):
@@ -237,3 +249,92 @@ def test_killed_run_loses_nothing_and_the_rerun_resumes(tmp_path):
     final = TrajectoryStore(out)
     assert len(final.keys()) == groups
     assert [r.key for r in final.read()][: len(kept)] == [r.key for r in kept]
+
+
+async def test_a_bug_in_step_is_recorded_once_with_its_traceback_and_not_retried(tmp_path):
+    store = TrajectoryStore(tmp_path / "t.jsonl")
+    buggy = RecordingBuilder(task_id="buggy", env_factory=lambda a, i: CountdownEnv(fail_at=1))
+    result = await collect([buggy], EchoPolicy(), retries=2, store=store, progress=False)
+    (failed,) = result.failed
+    assert failed.attempts == 1 and buggy.attempts == 1 and buggy.cleanups == 1
+    assert "RuntimeError: env broke at turn 1 (raised in CountdownEnv.step; not retried" in (
+        failed.error
+    )
+    # The stored record keeps where it happened: the raising line of the env's step.
+    (stored,) = store.read()
+    assert stored.traceback == failed.traceback
+    assert 'support/rollout_helpers.py", line' in stored.traceback
+    assert "in step\n" in stored.traceback
+    assert stored.traceback.rstrip().endswith("RuntimeError: env broke at turn 1")
+
+
+async def test_policy_errors_and_transient_env_errors_are_still_retried():
+    # A policy that fails once (a server hiccup) is retried, as is a transient env error.
+    class FailsOnce(EchoPolicy):
+        failed = False
+
+        async def __call__(self, observation, stop, *, max_tokens=None):
+            if not FailsOnce.failed:
+                FailsOnce.failed = True
+                raise KeyError("policy bug or outage: not the env's")
+            return await super().__call__(observation, stop, max_tokens=max_tokens)
+
+    result = await collect(_builders(1), FailsOnce(), retries=1, progress=False)
+    assert result.records[0].status == "ok" and result.records[0].attempts == 2
+    hiccup = RecordingBuilder(
+        env_factory=lambda attempt, i: CountdownEnv(
+            fail_at=1 if attempt == 1 else None, transient=True
+        )
+    )
+    result = await collect([hiccup], EchoPolicy(), retries=1, progress=False)
+    assert result.records[0].status == "ok" and result.records[0].attempts == 2
+
+
+async def test_a_loop_step_whose_default_keys_repeat_warns_instead_of_collecting_nothing(tmp_path):
+    """Issue #30: the step where the dataset wraps used to give ``ok 0, skipped 2`` silently."""
+    from agentenvs.envs import make
+    from agentenvs.rollout.collect.collector import AllGroupsSkipped
+    from agentenvs.rollout.collect.streaming import StreamingCollection
+    from agentenvs.rollout.tokenizer import load_tokenizer
+
+    config = make("guess_number", tasks=2)
+    dataset = config.dataset(load_tokenizer("builtin"), group_size=2, batch_size=2)
+    store = TrajectoryStore(tmp_path / "loop.jsonl")
+    policy = make_policy("scripted")
+    first = await collect(dataset.get_batch(0), policy, store=store, progress=False)
+    assert len(first.ok) == 2
+    with pytest.warns(AllGroupsSkipped, match=r"all 2 groups skipped.*pass keys= unique"):
+        wrapped = await collect(dataset.get_batch(0), policy, store=store, progress=False)
+    assert (len(wrapped.records), wrapped.skipped) == (0, 2)
+    with pytest.warns(AllGroupsSkipped):
+        StreamingCollection(dataset.get_batch(0), policy, store=store)
+    # With the step in the keys, as the loop examples do, the step collects.
+    keys = [f"step1:{i}" for i in range(2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AllGroupsSkipped)
+        again = await collect(dataset.get_batch(0), policy, store=store, keys=keys, progress=False)
+        partly = await collect(
+            dataset.get_batch(0), policy, store=store, keys=["step1:0", "step2:1"], progress=False
+        )
+    assert len(again.ok) == 2 and (len(partly.ok), partly.skipped) == (1, 1)
+
+
+def test_what_counts_as_transient():
+    """The rule a retry of an environment error follows (``envs.errors.is_transient``)."""
+    from agentenvs.envs.alfworld.pool import WorkerCrashed
+    from agentenvs.envs.errors import AgentEnvsError, TransientError, is_transient
+    from agentenvs.envs.search_r1.retrievers.base import QueryRejected, RetrieverUnavailable
+    from agentenvs.sandbox.pool.errors import WorkerDead
+
+    transient = [
+        TransientError("restarting"), ConnectionRefusedError(), TimeoutError(),
+        AgentEnvsError("busy", status=503), AgentEnvsError("slow down", status=429),
+        WorkerCrashed("SIGKILL"), WorkerDead("gone", delivered=True),
+        RetrieverUnavailable("down"),
+    ]  # fmt: skip
+    lasting = [
+        KeyError("oops"), ValueError("bad"), AgentEnvsError("no", status=400),
+        AgentEnvsError("plain"), QueryRejected("refused", status=422),
+    ]  # fmt: skip
+    assert [is_transient(e) for e in transient] == [True] * len(transient)
+    assert [is_transient(e) for e in lasting] == [False] * len(lasting)

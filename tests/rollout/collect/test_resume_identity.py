@@ -34,9 +34,9 @@ def error_line(result) -> str:
 @pytest.mark.parametrize(
     ("change", "fragment"),
     [
-        (["--set", "high=1000"], "config_sha256: "),
+        (["--set", "high=1000"], "config high: 100 in the store, 1000 now"),
         (["--group-size", "3"], "group_size: 2 in the store, 3 now"),
-        (["--policy-opt", "variant=random"], '"variant": "oracle"'),
+        (["--policy-opt", "variant=malformed"], '"variant": "oracle"'),
         (["--split", "test"], "split: train in the store, test now"),
     ],
 )
@@ -87,7 +87,7 @@ def test_the_python_api_refuses_a_cli_run_with_another_config(tmp_path) -> None:
                     env_name="guess_number", progress=False, **options)
         )  # fmt: skip
 
-    with pytest.raises(RunMismatchError, match="config_sha256"):
+    with pytest.raises(RunMismatchError, match=r"config limits\.max_turns: 10 in the store, 8 now"):
         run()
     assert len(run(new_run=True).ok) == 8
 

@@ -33,22 +33,59 @@ def close(a, b):
     return all(math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-12) for x, y in zip(a, b, strict=True))
 
 
-def test_grpo_centres_on_the_group_mean():
-    assert group_advantages([1.0, 0.0, 0.0, 1.0], "grpo") == [0.5, -0.5, -0.5, 0.5]
-    assert close(group_advantages([3.0, 1.0, 2.0], "grpo"), [1.0, -1.0, 0.0])
-
-
-def test_grpo_std_normalisation_uses_the_sample_std():
-    # rewards 1,0,0,1: mean 0.5, sample std sqrt(4 * 0.25 / 3) = 0.57735...
+def test_grpo_divides_by_the_sample_std():
+    # DeepSeekMath's GRPO. Rewards 1,0,0,1: mean 0.5, sample std sqrt(4 * 0.25 / 3) = 0.57735...
     std = math.sqrt(1 / 3)
     want = [0.5 / (std + 1e-6), -0.5 / (std + 1e-6), -0.5 / (std + 1e-6), 0.5 / (std + 1e-6)]
+    assert close(group_advantages([1, 0, 0, 1], "grpo"), want)
     assert close(group_advantages([1, 0, 0, 1], "grpo", normalize_std=True), want)
     assert close(
-        group_advantages([1, 0, 0, 1], "grpo", normalize_std=True, eps=0.5),
+        group_advantages([1, 0, 0, 1], "grpo", eps=0.5),
         [0.5 / (std + 0.5), -0.5 / (std + 0.5), -0.5 / (std + 0.5), 0.5 / (std + 0.5)],
     )
+    # Rewards 3,1,2: mean 2, sample std 1 -> 1/(1+eps), -1/(1+eps), 0.
+    assert close(group_advantages([3.0, 1.0, 2.0], "grpo"), [1 / (1 + 1e-6), -1 / (1 + 1e-6), 0.0])
     # A constant group has std 0: eps keeps it finite, and the advantages are 0.
-    assert group_advantages([2.0, 2.0, 2.0], "grpo", normalize_std=True) == [0.0, 0.0, 0.0]
+    assert group_advantages([2.0, 2.0, 2.0], "grpo") == [0.0, 0.0, 0.0]
+
+
+def test_grpo_without_the_std_is_asked_for_by_name():
+    # verl's norm_adv_by_std_in_grpo=False / TRL's scale_rewards="none": centring only, recorded.
+    assert group_advantages([1.0, 0.0, 0.0, 1.0], "grpo", normalize_std=False) == [
+        0.5,
+        -0.5,
+        -0.5,
+        0.5,
+    ]
+    assert estimator_info("grpo", normalize_std=False) == {
+        "estimator": "grpo",
+        "normalize_std": False,
+    }
+
+
+def test_grpo_matches_verl_core_algos():
+    """verl 0.9.1's own GRPO outcome advantage on the same rewards (float32)."""
+    import numpy as np
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    rewards = [[1.0, 0.0, 0.0, 1.0], [3.0, 1.0, 2.0, 0.5], [0.2, 0.7]]
+    flat = [r for group in rewards for r in group]
+    index = np.array([str(g) for g, group in enumerate(rewards) for _ in group], dtype=object)
+    scores = torch.zeros(len(flat), 3)
+    scores[:, -1] = torch.tensor(flat)
+    mask = torch.ones(len(flat), 3)
+    for normalise in (True, False):
+        theirs, _ = compute_grpo_outcome_advantage(
+            scores, mask, index, norm_adv_by_std_in_grpo=normalise
+        )
+        ours = [
+            a for group in rewards for a in group_advantages(group, "grpo", normalize_std=normalise)
+        ]
+        assert torch.allclose(theirs[:, 0], torch.tensor(ours, dtype=torch.float32), atol=1e-5)
+    # The old meaning of "grpo" (centring only) is not verl's default GRPO.
+    theirs, _ = compute_grpo_outcome_advantage(scores, mask, index)
+    old = [a for group in rewards for a in group_advantages(group, "dr_grpo")]
+    assert not torch.allclose(theirs[:, 0], torch.tensor(old, dtype=torch.float32), atol=1e-3)
 
 
 def test_dr_grpo_never_divides_by_the_std():
@@ -75,11 +112,20 @@ def test_a_lone_trajectory_has_no_baseline(estimator):
 def test_unknown_estimator_is_refused():
     with pytest.raises(ValueError, match="unknown advantage estimator 'ppo'"):
         compute_advantages([group_with([1.0])], "ppo")  # type: ignore[arg-type]
+    # A per-step estimator cannot be a group's scalars (what a collector stores).
+    with pytest.raises(ValueError, match="one advantage per step"):
+        group_advantages([1.0, 0.0], "gigpo")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="one advantage per step"):
+        estimator_info("gigpo")  # type: ignore[arg-type]
 
 
 def test_total_reward_is_step_rewards_plus_group_reward():
     group = group_with([1.0, 0.0], step_rewards=[0.0, 3.0])  # totals 1 and 3
-    assert compute_advantages([group], "grpo") == [[-1.0, 1.0]]
+    assert compute_advantages([group], "dr_grpo") == [[-1.0, 1.0]]
+    # mean 2, sample std sqrt(2)
+    assert close(
+        compute_advantages([group], "grpo")[0], [-1 / (2**0.5 + 1e-6), 1 / (2**0.5 + 1e-6)]
+    )
     assert compute_advantages([group], "rloo") == [[-2.0, 2.0]]
 
 
@@ -93,19 +139,27 @@ def test_total_reward_is_step_rewards_plus_group_reward():
 )
 def test_estimators_against_definitions(reward_lists):
     groups = [group_with(rewards) for rewards in reward_lists]
+    dr = compute_advantages(groups, "dr_grpo")
     grpo = compute_advantages(groups, "grpo")
     rloo = compute_advantages(groups, "rloo")
-    assert compute_advantages(groups, "dr_grpo") == grpo
-    for rewards, g, r in zip(reward_lists, grpo, rloo, strict=True):
-        assert abs(sum(g)) < 1e-9 * max(1.0, len(rewards) * max(map(abs, rewards)))
+    assert compute_advantages(groups, "grpo", normalize_std=False) == dr
+    for rewards, d, g, r in zip(reward_lists, dr, grpo, rloo, strict=True):
+        assert abs(sum(d)) < 1e-9 * max(1.0, len(rewards) * max(map(abs, rewards)))
+        if len(rewards) > 1:  # grpo = dr_grpo / (sample std + eps)
+            mean = sum(rewards) / len(rewards)
+            std = math.sqrt(sum((x - mean) ** 2 for x in rewards) / (len(rewards) - 1))
+            assert all(
+                math.isclose(a, b / (std + 1e-6), rel_tol=1e-9, abs_tol=1e-9)
+                for a, b in zip(g, d, strict=True)
+            )
         if len(rewards) > 1:
             leave_one_out = [x - (sum(rewards) - x) / (len(rewards) - 1) for x in rewards]
             assert all(
                 math.isclose(a, b, abs_tol=1e-9) for a, b in zip(r, leave_one_out, strict=True)
             )
-    # The cookbook's GRPO (float32) agrees to float32 precision.
+    # The cookbook's "GRPO" centres only (no std): it is dr_grpo, to float32 precision.
     theirs = cookbook.compute_advantages([to_cookbook_group(g) for g in groups])
-    for mine, other in zip(grpo, theirs, strict=True):
+    for mine, other in zip(dr, theirs, strict=True):
         assert torch.allclose(torch.tensor(mine, dtype=torch.float32), other, atol=1e-5)
 
 
@@ -121,7 +175,8 @@ def test_remove_constant_reward_groups():
 
 
 def test_estimator_info_is_json_ready():
-    assert estimator_info() == {"estimator": "grpo", "normalize_std": False}
+    assert estimator_info() == {"estimator": "grpo", "normalize_std": True, "eps": 1e-6}
+    assert estimator_info("dr_grpo") == {"estimator": "dr_grpo", "normalize_std": False}
     assert estimator_info("grpo", normalize_std=True, eps=1e-4) == {
         "estimator": "grpo",
         "normalize_std": True,

@@ -39,7 +39,7 @@ def test_node_value_is_the_mean_of_its_leaves():
 
 def test_tree_grpo_is_grpo_within_each_root():
     got = tree_grpo(REWARDS, TREE)
-    assert got[:3] == pytest.approx(group_advantages(REWARDS[:3], "grpo"))
+    assert got[:3] == pytest.approx(group_advantages(REWARDS[:3], "dr_grpo"))
     assert got[3] == 0.0  # a lone leaf has no baseline
 
 

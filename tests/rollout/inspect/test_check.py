@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 from pathlib import Path
 
 import pytest
+from support.corruptions import MixedPolicy
 from support.paths import REPO
 from support.tree_helpers import SeededGuesser
 from support.vocab import shared_vocabulary
 
 from agentenvs.envs import make
-from agentenvs.envs.types import TokensWithLogprobs
 from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.store import TrajectoryStore
@@ -29,37 +28,8 @@ from agentenvs.rollout.data.provenance import PolicyIdentity, build_provenance
 from agentenvs.rollout.data.samples import trajectories_to_samples
 from agentenvs.rollout.data.tree_advantages import tree_estimator_info, tree_samples
 from agentenvs.rollout.inspect.check import CHECKS, Check, check_file
-from agentenvs.rollout.policies import make_policy
 from agentenvs.rollout.tokenizer import train_chatml_tokenizer
 from agentenvs.rollout.trainers.jsonl.handoff import write_samples_jsonl
-
-
-class _RandomLogprobs:
-    """The scripted oracle with made-up negative logprobs, so shifts are visible; every
-    other env opens with a malformed turn (a penalty), so rewards vary in a group."""
-
-    per_env = True
-
-    def __init__(self, seed: int = 0) -> None:
-        self.oracle = make_policy("scripted")
-        self.malformed = make_policy("scripted", variant="malformed")
-        self.rng = random.Random(seed)
-        self.made = 0
-
-    def __call__(self, env):
-        oracle = self.oracle(env)
-        first = self.malformed(env) if self.made % 2 else oracle
-        self.made += 1
-        turns = [0]
-
-        async def policy(observation, stop, *, max_tokens=None):
-            inner = first if turns[0] == 0 else oracle
-            turns[0] += 1
-            out = await inner(observation, stop, max_tokens=max_tokens)
-            logprobs = [-self.rng.uniform(0.01, 3.0) for _ in out.tokens]
-            return TokensWithLogprobs(out.tokens, logprobs, out.stop_reason)
-
-        return policy
 
 
 def _collect(tokenizer, path: Path, *, groups: int = 4, weights_version: int = 3) -> None:
@@ -75,7 +45,7 @@ def _collect(tokenizer, path: Path, *, groups: int = 4, weights_version: int = 3
     asyncio.run(
         collect(
             builders,
-            _RandomLogprobs(),
+            MixedPolicy(),  # made-up logprobs, rewards that vary in a group
             concurrency=2,
             store=TrajectoryStore(path),
             env_name="guess_number",
@@ -225,13 +195,14 @@ def test_mask_over_an_environment_token_is_caught(tokenizer, clean_store, tmp_pa
 def test_advantages_not_matching_the_estimator_are_caught(tokenizer, clean_store, tmp_path):
     def edit(lines):
         for line in lines:
-            line["extra"]["advantage_estimator"] = estimator_info("grpo", normalize_std=True)
+            # The store holds GRPO (std-normalised, the default); labelled as centred only:
+            line["extra"]["advantage_estimator"] = estimator_info("grpo", normalize_std=False)
 
     report = check_file(_rewrite(clean_store, tmp_path / "bad.jsonl", edit), tokenizer=tokenizer)
     # Rewards differ within groups (the oracle needs a varying number of guesses), so
     # std normalisation changes the numbers; a constant group would hide it.
     assert any(
-        f.status == "fail" and "std-normalised" in f.detail
+        f.status == "fail" and "but grpo of the rewards" in f.detail
         for f in report.by_check(Check.LOSS_INPUTS)
     ), report.by_check(Check.LOSS_INPUTS)
 

@@ -23,6 +23,7 @@ from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import ChatRenderer, ContinuationRenderer
 from agentenvs.envs.retool.protocol import code_action
 from agentenvs.envs.tokenizing import EnvTextEncoder
+from agentenvs.rollout.collect.fingerprints import group_fingerprint
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.inspect.check import Check, check_file
 from agentenvs.rollout.policies import make_policy
@@ -212,6 +213,8 @@ def test_zero_logprob_on_a_sampled_token_is_not_an_environment_token(tmp_path):
 
     def certain(records):
         records[0].group.trajectories[0].transitions[0].ac.logprobs[0] = 0.0  # p rounded to 1
+        # As the sampler returned it: the collection record is of this value.
+        records[0].collected = group_fingerprint(records[0].group)
 
     edited = _edit_store(store, tmp_path / "certain.jsonl", certain)
     report = check_file(edited, tokenizer=tok)

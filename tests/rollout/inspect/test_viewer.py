@@ -173,3 +173,29 @@ def test_overview_counts(tokenizer) -> None:
         "envs": ["demo_env"],
         "estimators": [],
     }
+
+
+def test_the_end_of_turn_note_counts_what_was_sampled(tokenizer) -> None:
+    """The legend says whether the end-of-turn token carries loss, from the file's actions."""
+    from agentenvs.rollout.inspect.viewer import end_of_turn
+
+    record = _record(tokenizer)  # each action ends with the sampled <|im_end|>
+    counted = end_of_turn([record], tokenizer)
+    assert (counted.sampled, counted.turns) == (3, 3)
+    assert counted.note().endswith("sampled at the end of every action, so trained")
+    first = record.group.trajectories[0].transitions[0]
+    first.ac = TokensWithLogprobs(first.ac.tokens[:-1], None, "stop")  # a stop string ended it
+    assert "sampled (trained) in 2 of 3 turns" in end_of_turn([record], tokenizer).note()
+    for tr in record.group.trajectories[0].transitions:
+        tr.ac = TokensWithLogprobs(tr.ac.tokens[:-1], None, "stop")
+    note = end_of_turn([record], tokenizer).note()
+    assert "<|im_end|>: never sampled here, so it is never trained" in note
+    page = page_json(render_html([record], tokenizer))
+    assert page["eot"] == note
+
+
+def test_html_carries_a_failed_groups_traceback(tokenizer) -> None:
+    trace = 'Traceback (most recent call last):\n  File "env.py", line 3, in step\nKeyError: 1\n'
+    failed = GroupRecord("1:t", "demo_env", "t", None, status="failed", error="x", traceback=trace)
+    data = page_json(render_html([_record(tokenizer), failed], tokenizer))
+    assert data["groups"][1]["traceback"] == trace and data["groups"][0]["traceback"] is None

@@ -12,6 +12,8 @@ TEXTS = [
     "<|im_start|>user\nWhat is 2+2? 日本語のテキスト, emoji 😀🎉 and accents: café naïve<|im_end|>\n",
     "<think>Let me search.</think>\n<search>capital of France</search>",
     "  leading spaces\ttabs\r\nand a lone surrogate-free 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 line",
+    # ASCII only, with control tokens: every token its own piece (offsets by running sums).
+    "<|im_start|>assistant\n<answer>42</answer><|im_end|>\n<|endoftext|>",
 ]
 
 

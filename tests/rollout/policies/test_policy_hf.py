@@ -11,7 +11,12 @@ from agentenvs.rollout.collect.collector import collect, summarize
 from agentenvs.rollout.collect.rollouts import do_group_rollout
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import make_policy
-from agentenvs.rollout.policies.base import PolicyError
+from agentenvs.rollout.policies.base import (
+    DEFAULT_MAX_TOKENS,
+    PolicyError,
+    check_max_tokens,
+    turn_token_cap,
+)
 
 PROMPT = "<|im_start|>user\nguess the number<|im_end|>\n<|im_start|>assistant\n"
 
@@ -174,3 +179,30 @@ async def test_group_timeout_with_a_long_generation(model_dir, tokenizer):
     # The cancelled worker thread gave the model back: the next turn runs.
     out = await policy(_prompt(tokenizer), [], max_tokens=3)
     assert len(out.tokens) == 3
+
+
+def test_turn_cap_rule() -> None:
+    # Unset: the env's cap rules, whatever its size; set: the policy's bound, which an env
+    # cap can only lower; neither: the default.
+    assert turn_token_cap(None, 500) == 500
+    assert turn_token_cap(None, 16384) == 16384
+    assert turn_token_cap(None, None) == DEFAULT_MAX_TOKENS
+    assert turn_token_cap(64, 500) == 64
+    assert turn_token_cap(600, 500) == 500
+    assert turn_token_cap(64, None) == 64
+    with pytest.raises(ValueError, match="max_tokens must be >= 1"):
+        check_max_tokens(0)
+
+
+async def test_a_policy_without_its_own_cap_samples_up_to_the_envs(model_dir, tokenizer):
+    # A preset's per-turn budget above the old 256 default must reach the sampler: with no
+    # stop the tiny model writes until the cap the env gave, not until 256.
+    policy = make_policy("hf", model=str(model_dir), temperature=1.0, seed=5, eos_token_ids=[])
+    assert policy.max_tokens is None
+    out = await policy(_prompt(tokenizer), [], max_tokens=DEFAULT_MAX_TOKENS + 20)
+    assert len(out.tokens) == DEFAULT_MAX_TOKENS + 20
+    bounded = make_policy(
+        "hf", model=str(model_dir), temperature=1.0, seed=5, max_tokens=30, eos_token_ids=[]
+    )
+    out = await bounded(_prompt(tokenizer), [], max_tokens=DEFAULT_MAX_TOKENS + 20)
+    assert len(out.tokens) == 30

@@ -19,7 +19,7 @@ def test_make_policy_validates_names_and_options(tmp_path):
         make_policy("gpt")
     with pytest.raises(ValueError, match=r"unknown option.*varient.*accepted: variant"):
         make_policy("scripted", varient="oracle")
-    with pytest.raises(ValueError, match="url: Field required"):
+    with pytest.raises(ValueError, match="option url is required"):
         make_policy("openai")
     with pytest.raises(ValueError, match="temperature"):
         make_policy("openai", url="http://127.0.0.1:1", temperature="hot")

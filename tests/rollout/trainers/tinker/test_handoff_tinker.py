@@ -42,14 +42,16 @@ def test_same_datums_as_cookbook_for_the_same_advantages(batch):
 @settings(max_examples=40, deadline=None)
 @given(batches(max_groups=3, max_group_size=4, dyadic=True))
 def test_whole_pipeline_matches_cookbook(batch):
-    """Our GRPO + assembly against the cookbook's, end to end. Rewards are dyadic (0,
-    ±0.5, ±1) so float32 (cookbook) and float64 (ours) means agree exactly."""
+    """Our advantages + assembly against the cookbook's, end to end. The cookbook's
+    estimator centres on the group mean without dividing by the std: our ``dr_grpo``.
+    Rewards are dyadic (0, ±0.5, ±1) so float32 (cookbook) and float64 (ours) means
+    agree exactly."""
     groups, _ = batch
     theirs_groups = [to_cookbook_group(g) for g in groups]
     theirs, theirs_meta = cookbook.assemble_training_data(
         theirs_groups, cookbook.compute_advantages(theirs_groups)
     )
-    ours, ours_meta = assemble_tinker_data(groups, compute_advantages(groups, "grpo"))
+    ours, ours_meta = assemble_tinker_data(groups, compute_advantages(groups, "dr_grpo"))
     assert ours_meta == theirs_meta
     assert_same_datums(ours, theirs)
 
@@ -77,7 +79,7 @@ def test_realistic_trajectory_matches_cookbook():
     )
     other = Trajectory([Transition(prompt, TokensWithLogprobs(a1, logps(120)), 0.0, True)])
     groups = [TrajectoryGroup([traj, other], [0.5, 0.0], [{}, {}])]
-    ours, meta = assemble_tinker_data(groups, compute_advantages(groups))
+    ours, meta = assemble_tinker_data(groups, compute_advantages(groups, "dr_grpo"))
     theirs_groups = [to_cookbook_group(g) for g in groups]
     theirs, theirs_meta = cookbook.assemble_training_data(
         theirs_groups, cookbook.compute_advantages(theirs_groups)

@@ -108,7 +108,9 @@ async def test_cookbook_rollout_of_agentenvs_group_equals_our_handoff(name, toke
     assert_same_datums(ours, theirs)
     assert any(d.loss_fn_inputs["mask"].tolist().count(0.0) for d in ours)  # observations masked
     # ... and our own (float64) advantages agree with theirs.
-    assert compute_advantages([ours_group])[0] == pytest.approx(advantages[0].tolist(), abs=1e-6)
+    assert compute_advantages([ours_group], "dr_grpo")[0] == pytest.approx(
+        advantages[0].tolist(), abs=1e-6
+    )
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,109 @@
+"""What a group held when it was collected, in a few bytes per turn, for offline checks.
+
+Some corruptions of stored data leave every invariant intact: logprobs shifted by
+one position inside an action, one extra token appended to an observation under the
+continuation renderer (which has no end-of-turn marker to move), rewards swapped
+between two trajectories together with their advantages. The data alone cannot
+show these; a record of what the collector saw can. Per trajectory it keeps the
+number of training samples it cuts into, and per turn the observation's shape
+(how many tokens it kept from the previous context, how many it added, a digest of
+the added ones), a digest of the sampled ids and logprobs, and the step reward.
+Digests are of the raw values (64-bit ids, IEEE doubles), so they are exact and
+cost one pass over each token; ``agentenvs check`` recomputes them and names the
+first turn that differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+from agentenvs.envs.types import Trajectory, TrajectoryGroup
+from agentenvs.rollout.data.samples import PARSE_ERROR_MASKED_METRIC
+
+FINGERPRINT_VERSION = 1
+
+KEPT, ADDED, OB_DIGEST, ACTION_LENGTH, ACTION_DIGEST, REWARD, TRAINED = range(7)
+"""Fields of one turn's fingerprint, in order."""
+
+
+def digest_ids(tokens: Sequence[int]) -> str:
+    return hashlib.sha256(array("q", tokens).tobytes()).hexdigest()[:16]
+
+
+def digest_action(tokens: Sequence[int], logprobs: Sequence[float] | None) -> str:
+    """Sampled ids and their logprobs together: a shift of either changes it."""
+    h = hashlib.sha256(array("q", tokens).tobytes())
+    h.update(b"|" if logprobs is None else array("d", [float(x) for x in logprobs]).tobytes())
+    return h.hexdigest()[:16]
+
+
+def observation_split(context: Sequence[int], ob: Sequence[int]) -> int:
+    """How many leading tokens of ``ob`` are the previous context (0 after a break):
+    the rule the store's delta encoding and the sample cutter both use."""
+    n = len(context)
+    return n if n and len(ob) >= n and list(ob[:n]) == list(context) else 0
+
+
+def turn_fingerprints(traj: Trajectory) -> tuple[int, list[list[Any]]]:
+    """``(samples, turns)``: each turn as ``[kept, added, digest of added, action
+    length, digest of action, reward, trained]`` (``trained``: 0 for an action the
+    loss leaves out, ``parse_error_masked``)."""
+    turns: list[list[Any]] = []
+    context: list[int] = []
+    samples = 0
+    for tr in traj.transitions:
+        kept = observation_split(context, tr.ob)
+        if kept == 0:
+            samples += 1
+        new = tr.ob[kept:]
+        turns.append(
+            [
+                kept,
+                len(new),
+                digest_ids(new),
+                len(tr.ac.tokens),
+                digest_action(tr.ac.tokens, tr.ac.logprobs),
+                float(tr.reward),
+                int(float(tr.metrics.get(PARSE_ERROR_MASKED_METRIC, 0.0)) < 1.0),
+            ]
+        )
+        context = list(tr.ob) + list(tr.ac.tokens)
+    return samples, turns
+
+
+def group_fingerprint(group: TrajectoryGroup) -> dict[str, Any]:
+    """The record's ``collected`` field (see the module docstring)."""
+    trajectories = []
+    for traj in group.trajectories:
+        samples, turns = turn_fingerprints(traj)
+        trajectories.append({"samples": samples, "turns": turns})
+    return {
+        "version": FINGERPRINT_VERSION,
+        "trajectories": trajectories,
+        "group_rewards": [float(r) for r in group.group_rewards],
+    }
+
+
+def sample_fingerprints(trajectory: dict[str, Any], total_reward: float) -> list[dict[str, Any]]:
+    """One collected trajectory's fingerprint (an entry of ``group_fingerprint``'s
+    ``trajectories``) split per training sample, each with the trajectory's total
+    reward: what a hand-off line carries so it can be checked without its store."""
+    parts: list[dict[str, Any]] = []
+    for turn in trajectory.get("turns") or []:
+        if turn[KEPT] == 0 or not parts:
+            parts.append({"reward": float(total_reward), "turns": []})
+        parts[-1]["turns"].append(list(turn))
+    return parts
+
+
+def attach_collected(samples: Sequence[Any], record: Any, traj_index: int, reward: float) -> None:
+    """Give each of a trajectory's samples its part of ``record.collected`` (nothing for
+    a record without one): the JSONL hand-off then carries it."""
+    trajectories = (record.collected or {}).get("trajectories") or []
+    if traj_index < len(trajectories):
+        parts = sample_fingerprints(trajectories[traj_index], reward)
+        for sample, part in zip(samples, parts, strict=False):
+            sample.collected = part
