@@ -46,12 +46,21 @@ def noting_env_errors() -> Iterator[EnvErrors]:
         _current.reset(token)
 
 
-async def env_call(call: Awaitable[T], where: str) -> T:
-    """``await call``; an ``Exception`` it raises is noted as raised in ``where``."""
+async def env_call(call: Awaitable[T], owner: object, method: str) -> T:
+    """``await call``; an ``Exception`` it raises is noted as raised in ``owner.method``.
+
+    The name (an env's :meth:`~agentenvs.envs.types.Env.label`, else the class name) is
+    made only when an error is noted: this wraps every step of every episode."""
     try:
         return await call
     except Exception as error:
         noted = _current.get()
         if noted is not None:
-            noted.raised.append((error, where))
+            noted.raised.append((error, f"{_name(owner)}.{method}"))
         raise
+
+
+def _name(owner: object) -> str:
+    from agentenvs.envs.types import Env
+
+    return owner.label() if isinstance(owner, Env) else type(owner).__name__

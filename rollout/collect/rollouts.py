@@ -60,7 +60,7 @@ async def do_single_rollout(
     Each turn's token cap is asked of the env just before it is sampled
     (:func:`~.turns.action_token_cap`), so a per-episode budget shrinks it as the
     episode goes on; ``max_tokens`` bounds every turn on top of that."""
-    ob, stop = await env_call(env.initial_observation(), f"{env.label()}.initial_observation")
+    ob, stop = await env_call(env.initial_observation(), env, "initial_observation")
     transitions: list[Transition] = []
     while True:
         slot = TurnSlot(current_group_key.get(), traj_index, len(transitions))
@@ -84,7 +84,7 @@ def policy_in_slot(policy: Policy | PolicyFactory, env: Env, slot: RolloutSlot) 
 
 async def make_group_envs(builder: EnvGroupBuilder) -> list[Env]:
     """The group's envs; a builder that makes none is an error of the group."""
-    envs = list(await env_call(builder.make_envs(), f"{type(builder).__name__}.make_envs"))
+    envs = list(await env_call(builder.make_envs(), builder, "make_envs"))
     if not envs:
         raise ValueError(f"{type(builder).__name__}.make_envs() returned no envs")
     return envs
@@ -100,8 +100,7 @@ async def score_group(
     """The trajectories with the builder's group rewards, metrics and tags."""
     scored: list[tuple[float, Metrics]] = list(
         await env_call(
-            builder.compute_group_rewards(trajectories, envs),
-            f"{type(builder).__name__}.compute_group_rewards",
+            builder.compute_group_rewards(trajectories, envs), builder, "compute_group_rewards"
         )
     )
     if len(scored) != len(trajectories):

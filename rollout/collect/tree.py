@@ -159,8 +159,7 @@ class _TreeRun:
         return policy_in_slot(self.policy, env, RolloutSlot(self.group_key, lane))
 
     async def start(self, root: int, env: Env) -> _Branch:
-        where = f"{env.label()}.initial_observation"
-        observation, stop = await env_call(env.initial_observation(), where)
+        observation, stop = await env_call(env.initial_observation(), env, "initial_observation")
         self.paths += 1
         lane = self.paths - 1
         return _Branch(env, self.policy_for(env, lane), root, lane, list(observation), stop)

@@ -94,7 +94,7 @@ async def play_action(
     The transition's logs are the env's plus the policy's stamp (``policy/seed``,
     ``policy/weights_version``...)."""
     step = await env_call(
-        env.step(action.tokens, extra={"stop_reason": action.stop_reason}), f"{env.label()}.step"
+        env.step(action.tokens, extra={"stop_reason": action.stop_reason}), env, "step"
     )
     transition = Transition(
         ob=list(observation),

@@ -143,6 +143,7 @@ class EpisodeHost:
             "group": None if record.group is None else pack_group(record.group),
             "status": record.status,
             "error": record.error,
+            "traceback": record.traceback,
             "attempts": record.attempts,
             "policy": policy_provenance(policy) if described else None,
             **(await self.where()),

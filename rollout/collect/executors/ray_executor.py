@@ -300,6 +300,7 @@ class RayRunner(GroupRunner):
             status=outcome["status"],
             error=outcome["error"],
             attempts=outcome["attempts"] + len(lost),
+            traceback=outcome["traceback"],
         )
         if lost:
             record.extra["lost_attempts"] = _numbered(lost)

@@ -13,7 +13,7 @@ import tempfile
 import pytest
 import pytest_asyncio
 from support.ray_cluster import flagship_builders, loopback_cluster, without_timing
-from support.rollout_helpers import EchoPolicy
+from support.rollout_helpers import CountdownEnv, EchoPolicy, RecordingBuilder
 from typer.testing import CliRunner
 
 from agentenvs.rollout.cli import app
@@ -196,3 +196,38 @@ def test_cli_rejects_an_unknown_executor(tmp_path):
     result = CliRunner().invoke(app, args)
     assert result.exit_code != 0
     assert "unknown executor 'dask'; choose one of in-process, ray" in result.output
+
+
+def _breaking_builder(*, transient: bool) -> RecordingBuilder:
+    # tests/support is not importable in the actors' processes: ship these test classes
+    # by value (a plugin's env would be importable there).
+    import ray.cloudpickle
+    import support.rollout_helpers
+
+    ray.cloudpickle.register_pickle_by_value(support.rollout_helpers)
+    return RecordingBuilder(
+        group_size=1,
+        env_factory=lambda attempt, index: CountdownEnv(fail_at=1, transient=transient),
+    )
+
+
+@in_module_loop
+async def test_an_env_error_in_an_actor_keeps_its_traceback_and_its_retry_rule(executor):
+    # Failed groups from Ray actors carry what in-process ones do: the traceback of the
+    # raising step, and an env bug is not retried while a transient error is.
+    for kind in ("in-process", "ray"):
+        result = await collect(
+            [_breaking_builder(transient=False), _breaking_builder(transient=True)],
+            EchoPolicy(),
+            retries=1,
+            progress=False,
+            executor=executor if kind == "ray" else None,
+        )
+        bug, hiccup = result.records
+        assert bug.status == hiccup.status == "failed", kind
+        assert (bug.attempts, hiccup.attempts) == (1, 2), kind
+        assert "not retried" in bug.error and "CountdownEnv.step" in bug.error, kind
+        for record in (bug, hiccup):
+            assert record.traceback is not None, kind
+            assert "env broke at turn 1" in record.traceback, kind
+            assert "rollout_helpers.py" in record.traceback, kind
