@@ -71,6 +71,9 @@ class EnvConfig(BaseModel):
     """The dataset split names this environment accepts (aliases included). Any
     other name is refused by :meth:`check_split` before a task is made, so an
     environment that ignores ``split`` cannot run its train tasks for a typo."""
+    needs_external_server: ClassVar[bool] = False
+    """Plays only against a server the user starts (an OpenEnv environment, MCP tools):
+    ``agentenvs demo`` leaves it out unless named, since nothing here starts one."""
 
     @model_validator(mode="before")
     @classmethod

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import random
 import re
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -16,6 +17,7 @@ from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.forking import copy_task_state
 from agentenvs.envs.rendered_env import Limits
 from agentenvs.envs.renderers import RendererKind
+from agentenvs.envs.rewards.identity import RewardIdentity, identity_of, reward_function
 from agentenvs.envs.text import Message, TextEnv, TextStep
 from agentenvs.envs.types import SamplerStopReason, StopReason
 
@@ -54,6 +56,23 @@ class GuessNumberConfig(EnvConfig):
         return GuessNumberEnv(self.secret(task_index, split), self.low, self.high)
 
 
+INVALID_GUESS_REWARD = -0.1
+
+
+@reward_function("guess", "1")
+def guess_reward(guess: int | None, secret: int) -> float:
+    """1 for the hidden number, a small penalty for a reply with no readable guess,
+    0 for a wrong guess (the episode goes on)."""
+    if guess is None:
+        return INVALID_GUESS_REWARD
+    return 1.0 if guess == secret else 0.0
+
+
+def reward_components(config: Mapping[str, Any]) -> list[RewardIdentity]:
+    """guess_number has one reward component (its config does not change it)."""
+    return [identity_of(guess_reward)]
+
+
 class GuessNumberEnv(TextEnv):
     def __init__(self, secret: int, low: int, high: int) -> None:
         self.secret, self.low, self.high = secret, low, high
@@ -76,12 +95,13 @@ class GuessNumberEnv(TextEnv):
         if match is None:
             return TextStep(
                 "Write your guess as <guess>N</guess>.",
-                reward=-0.1,
+                reward=guess_reward(None, self.secret),
                 metrics={"invalid_actions": 1},
             )
         guess = int(match.group(1))
         if guess == self.secret:
-            return TextStep(reward=1.0, done=True, stop_reason=StopReason.COMPLETED)
+            reward = guess_reward(guess, self.secret)
+            return TextStep(reward=reward, done=True, stop_reason=StopReason.COMPLETED)
         hint = "higher" if guess < self.secret else "lower"
         if guess < self.secret:
             self._lo = max(self._lo, guess + 1)

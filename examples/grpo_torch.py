@@ -98,8 +98,15 @@ def grpo_loss(
     ``ratio = exp(new - old)`` with ``old`` the sampler's logprobs; per token
     ``-min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)``. Tokens outside the
     mask are selected away (not multiplied by 0), so nothing they hold can leak
-    into the gradient.
+    into the gradient. A row whose policy gave no logprobs (``has_logprobs`` False:
+    0.0 stands in) is refused: its ratio would be taken against probability 1.
     """
+    if "has_logprobs" in batch and not bool(batch["has_logprobs"].all()):
+        rows = [i for i, ok in enumerate(batch["has_logprobs"].tolist()) if not ok]
+        raise ValueError(
+            f"grpo_loss: rows {rows[:5]} have no sampler logprobs (a policy without them, "
+            "such as the scripted one); the importance ratio needs the sampler's"
+        )
     mask = batch["response_mask"].bool()
     new = response_logprobs(logits, batch)
     old = batch["old_log_probs"].to(new.dtype)

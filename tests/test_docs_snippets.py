@@ -17,6 +17,17 @@ its fence (invisible on GitHub), and is then only checked to parse:
 ``<!-- snippet: setup -->``
     the machine's set-up (``make test`` installs what this very test runs in).
 
+A snippet that needs what the suite can give it on 127.0.0.1 says which, and runs:
+
+``<!-- snippet: with NAME[,NAME] -->``
+    :data:`SERVICES` starts NAME once per document (an OpenAI-compatible server with
+    a tiny model, a tokenizer directory, a corpus file) and rewrites the placeholders
+    a reader would fill in (``http://127.0.0.1:8000``, ``/path/to/tokenizer``) to it;
+``<!-- snippet: serves PORT -->``
+    a server command that runs until stopped: it is started in the background on a
+    free port (``PORT`` rewritten in this and every later snippet), must answer on
+    it, and is stopped when the document ends.
+
 Two markers make a walk-through runnable: ``<!-- snippet: file=PATH -->`` writes
 the block to PATH instead of running it (the guide's module and ``pyproject.toml``),
 and ``<!-- snippet: install -->`` runs the block with its ``pip install ...`` line
@@ -31,16 +42,20 @@ unless its author says why not.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import queue
 import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 import tomllib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +64,7 @@ from support.paths import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 PROGRAMS = {"bash", "sh", "console", "python"}
-MARKERS = {"run", "fragment", "needs", "setup", "file", "install"}
+MARKERS = {"run", "fragment", "needs", "setup", "file", "install", "with", "serves"}
 VENV_BIN = Path(sys.executable).parent
 
 _FENCE = re.compile(r"^```(\w*)\s*$")
@@ -119,15 +134,147 @@ def check_parses(snippet: Snippet) -> None:
         assert parsed.returncode == 0, f"{snippet.where}: {parsed.stderr}"
 
 
+# ---- what the suite provides on 127.0.0.1 ----------------------------------------------------
+
+Substitutions = dict[str, str]
+
+
+@contextlib.contextmanager
+def openai_server(work: Path) -> Iterator[Substitutions]:
+    """The suite's OpenAI-compatible stand-in (the vLLM wire format, see
+    ``support/rollout_vllm_standin.py``) serving a tiny random model as ``my-model``;
+    the model directory is also the tokenizer."""
+    from support.rollout_tiny_model import save_tiny_model
+    from support.rollout_vllm_standin import Behaviour, make_app, serve
+
+    from agentenvs.rollout.policies.hf import HFPolicy
+    from agentenvs.rollout.tokenizer import train_chatml_tokenizer
+
+    model = save_tiny_model(work / ".models" / "my-model", train_chatml_tokenizer())
+    with serve(make_app(HFPolicy(str(model)).sampler, Behaviour(), model_name="my-model")) as url:
+        yield {
+            "http://127.0.0.1:8000": url,
+            "url=...": f"url={url}",
+            "/models/my-model": str(model),
+        }
+
+
+@contextlib.contextmanager
+def tokenizer_dir(work: Path) -> Iterator[Substitutions]:
+    """A tokenizer directory as a reader has one: the real Qwen2.5 vocabulary and chat
+    template (``support/vocab``), saved with ``save_pretrained``."""
+    from support.vocab import shared_vocabulary
+
+    path = work / ".tokenizer"
+    shared_vocabulary("qwen2.5").save_pretrained(path)
+    yield {"/path/to/tokenizer": str(path)}
+
+
+@contextlib.contextmanager
+def wiki_corpus(work: Path) -> Iterator[Substitutions]:
+    """``wiki.jsonl``: a corpus in the Search-R1 layout (``support/search_r1_retriever_corpus``)."""
+    from support.search_r1_retriever_corpus import write_corpus
+
+    write_corpus(work / "wiki.jsonl")
+    yield {}
+
+
+@contextlib.contextmanager
+def search_r1_prompt(work: Path) -> Iterator[Substitutions]:
+    """``my_search_r1_prompt.txt``: a prompt template of the reader's, ``{question}`` in it."""
+    (work / "my_search_r1_prompt.txt").write_text(
+        "Answer the question. Search with <search> query </search> when you need to, read "
+        "what comes back, and give the answer as <answer> text </answer>. Question: {question}\n"
+    )
+    yield {}
+
+
+PRELUDE = "\0prelude"
+"""The key under which a service hands Python code to run in the session first."""
+
+
+@contextlib.contextmanager
+def session_names(work: Path) -> Iterator[Substitutions]:
+    """The names a Python fragment takes from the program around it, defined first in
+    the reader's session: ``tokenizer``, ``policy`` (scripted), ``builder``/``builders``
+    (guess_number), ``store``, ``collect`` and collected ``groups``."""
+    yield {
+        PRELUDE: (
+            "import asyncio\n"
+            "from agentenvs.envs import make as _make\n"
+            "from agentenvs.rollout.collect.collector import collect\n"
+            "from agentenvs.rollout.collect.store import TrajectoryStore\n"
+            "from agentenvs.rollout.policies import make_policy\n"
+            "from agentenvs.rollout.tokenizer import load_tokenizer\n"
+            "tokenizer = load_tokenizer('builtin')\n"
+            "policy = make_policy('scripted')\n"
+            "_config = _make('guess_number', tasks=4)\n"
+            "builder = _config.group_builder(0, 4, tokenizer)\n"
+            "builders = [_config.group_builder(i, 4, tokenizer) for i in range(4)]\n"
+            "store = TrajectoryStore('session-store.jsonl')\n"
+            "groups = [r.group for r in asyncio.run(collect(\n"
+            "    [_config.group_builder(i, 4, tokenizer) for i in range(4)], policy,\n"
+            "    progress=False)).ok]\n"
+        )
+    }
+
+
+@contextlib.contextmanager
+def alfworld_groups(work: Path) -> Iterator[Substitutions]:
+    """``groups``: two ALFWorld groups of the shipped games, collected with the scripted
+    oracle (their steps name their states, as GiGPO needs)."""
+    yield {
+        PRELUDE: (
+            "import asyncio\n"
+            "from agentenvs.envs import make as _make\n"
+            "from agentenvs.rollout.collect.collector import collect as _collect\n"
+            "from agentenvs.rollout.policies import make_policy as _policy\n"
+            "from agentenvs.rollout.tokenizer import load_tokenizer as _load\n"
+            "_alfworld = _make('alfworld', data='shipped')\n"
+            "groups = [r.group for r in asyncio.run(_collect(\n"
+            "    [_alfworld.group_builder(i, 3, _load('builtin')) for i in range(2)],\n"
+            "    _policy('scripted'), progress=False)).ok]\n"
+        )
+    }
+
+
+SERVICES: dict[str, Callable[[Path], contextlib.AbstractContextManager[Substitutions]]] = {
+    "session-names": session_names,
+    "alfworld-groups": alfworld_groups,
+    "openai-server": openai_server,
+    "tokenizer-dir": tokenizer_dir,
+    "wiki-corpus": wiki_corpus,
+    "search-r1-prompt": search_r1_prompt,
+}
+"""``with NAME`` -> what it starts or writes in the reader's directory, and the text it
+replaces in the snippet (stopped when the document ends)."""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _answers(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 # ---- running a document ---------------------------------------------------------------------
 
 KERNEL = r"""
-import json, sys, traceback
+import ast, asyncio, inspect, json, sys, traceback
 namespace = {"__name__": "__main__"}
 for line in sys.stdin:
     block = json.loads(line)
     try:
-        exec(compile(block["code"], block["where"], "exec"), namespace)
+        # Top-level ``await`` / ``async for`` as in a notebook or ``python -m asyncio``.
+        code = compile(block["code"], block["where"], "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        result = eval(code, namespace)
+        if inspect.iscoroutine(result):
+            asyncio.run(result)
     except BaseException:
         traceback.print_exc(file=sys.stdout)
         print("\n@@SNIPPET FAILED@@", flush=True)
@@ -151,8 +298,38 @@ class Reader:
         self.python: subprocess.Popen[str] | None = None
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.written: set[Path] = set()
+        self.services = contextlib.ExitStack()
+        self.started: set[str] = set()
+        self.substitutions: Substitutions = {}
+        self.preludes: list[tuple[str, str]] = []
+        """Python code of services, run in the session before the next Python block."""
+
+    def provide(self, names: str) -> None:
+        """Start the ``with`` services a snippet names (once per document)."""
+        for name in (n.strip() for n in names.split(",")):
+            assert name in SERVICES, f"unknown service {name!r}; known: {sorted(SERVICES)}"
+            if name not in self.started:
+                self.started.add(name)
+                given = dict(self.services.enter_context(SERVICES[name](self.work)))
+                if PRELUDE in given:
+                    self.preludes.append((name, given.pop(PRELUDE)))
+                self.substitutions.update(given)
+
+    def substituted(self, snippet: Snippet) -> Snippet:
+        code = snippet.code
+        for placeholder, value in self.substitutions.items():
+            if placeholder == PRELUDE:
+                continue
+            code = code.replace(placeholder, value)
+        return Snippet(snippet.doc, snippet.line, snippet.lang, code, snippet.kind, snippet.arg)
 
     def run(self, snippet: Snippet, timeout: float = 600) -> None:
+        if snippet.kind == "with":
+            self.provide(snippet.arg)
+        if snippet.kind == "serves":
+            self.serve(snippet, int(snippet.arg))
+            return
+        snippet = self.substituted(snippet)
         if snippet.kind == "file":
             self.write(snippet)
         elif snippet.lang == "python":
@@ -184,6 +361,38 @@ class Reader:
             lines.append(line)
         return "\n".join(lines) + "\n"
 
+    def serve(self, snippet: Snippet, port: int, timeout: float = 120) -> None:
+        """Start a command that serves until stopped on a free port instead of ``port``
+        (rewritten here and in later snippets); it must answer, and ends with the document."""
+        free = _free_port()
+        for form in (f"127.0.0.1:{port}", f"localhost:{port}", f"--port {port}"):
+            self.substitutions[form] = form.replace(str(port), str(free))
+        code = shell_code(self.substituted(snippet))
+        log = (self.work / f".serves-{free}.log").open("w")
+        process = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", code], cwd=self.work, env=self.env,
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+        def stop() -> None:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)  # the session this test started
+                try:
+                    process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+            log.close()
+
+        self.services.callback(stop)
+        deadline = time.monotonic() + timeout
+        while not _answers(free):
+            if process.poll() is not None or time.monotonic() > deadline:
+                log.flush()
+                text = (self.work / f".serves-{free}.log").read_text()[-3000:]
+                pytest.fail(f"{snippet.where}: did not serve on port {free}:\n{code}\n{text}")
+            time.sleep(0.2)
+
     def run_shell(self, snippet: Snippet, code: str, timeout: float) -> None:
         done = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", code],
@@ -203,7 +412,13 @@ class Reader:
                 stderr=subprocess.STDOUT, text=True,
             )  # fmt: skip
             threading.Thread(target=self._read_lines, daemon=True).start()
-        assert self.python.stdin is not None
+        while self.preludes:
+            name, code = self.preludes.pop(0)
+            self._exec(Snippet(snippet.doc, snippet.line, "python", code, "with", name), timeout)
+        self._exec(snippet, timeout)
+
+    def _exec(self, snippet: Snippet, timeout: float) -> None:
+        assert self.python is not None and self.python.stdin is not None
         self.python.stdin.write(json.dumps({"code": snippet.code, "where": snippet.where}) + "\n")
         self.python.stdin.flush()
         output: list[str] = []
@@ -227,6 +442,12 @@ class Reader:
         self.lines.put(None)
 
     def close(self) -> None:
+        try:
+            self._close_python()
+        finally:
+            self.services.close()
+
+    def _close_python(self) -> None:
         if self.python is not None:
             if self.python.stdin is not None:
                 self.python.stdin.close()
@@ -259,8 +480,14 @@ def test_every_marker_is_known_and_says_why() -> None:
     for doc in DOCS:
         for snippet in snippets(doc):
             assert snippet.kind in MARKERS, f"{snippet.where}: unknown marker {snippet.kind!r}"
-            if snippet.kind in ("needs", "file"):
+            if snippet.kind in ("needs", "file", "with", "serves"):
                 assert snippet.arg, f"{snippet.where}: `{snippet.kind}` says what (or where)"
+            if snippet.kind == "with":
+                unknown = {n.strip() for n in snippet.arg.split(",")} - set(SERVICES)
+                assert not unknown, f"{snippet.where}: no service {unknown}; see SERVICES"
+            if snippet.kind == "serves":
+                assert snippet.arg.isdigit(), f"{snippet.where}: `serves PORT`"
+                assert snippet.arg in snippet.code, f"{snippet.where}: port {snippet.arg} not in it"
             if snippet.kind != "run":
                 assert snippet.lang in PROGRAMS | {"toml"}, f"{snippet.where}: marks data"
 
@@ -308,5 +535,30 @@ def test_the_parser_sees_markers_and_the_runner_fails_a_failing_snippet(tmp_path
             reader.run(found[2])  # the session kept `value` from the block before
         with pytest.raises(AssertionError, match="exited 1"):
             reader.run(found[3])
+    finally:
+        reader.close()
+
+
+def test_a_served_port_is_rewritten_answered_and_a_dead_server_fails(tmp_path: Path) -> None:
+    """``serves PORT``: the command runs on a free port, later snippets reach it there,
+    and a command that never listens fails the document instead of being skipped."""
+    doc = tmp_path / "x.md"
+    doc.write_text(
+        "<!-- snippet: serves 8000 -->\n```bash\n"
+        'python -c \'import sys, http.server as h; h.HTTPServer(("127.0.0.1", int(sys.argv[2])),'
+        " h.SimpleHTTPRequestHandler).serve_forever()' --port 8000\n```\n\n"
+        "```python\nimport urllib.request\n"
+        "assert urllib.request.urlopen('http://127.0.0.1:8000/').status == 200\n```\n\n"
+        "<!-- snippet: serves 8001 -->\n```bash\necho 'not serving on 8001'\n```\n"
+    )
+    served, reached, dead = snippets(doc)
+    assert (served.kind, served.arg, dead.arg) == ("serves", "8000", "8001")
+    reader = Reader(tmp_path / "work")
+    try:
+        reader.run(served)
+        assert "127.0.0.1:8000" not in reader.substituted(reached).code
+        reader.run(reached)
+        with pytest.raises(pytest.fail.Exception, match="did not serve on port"):
+            reader.run(dead)
     finally:
         reader.close()

@@ -23,8 +23,10 @@ from typing import Any, Literal
 from agentenvs.envs.alfworld import prompts
 from agentenvs.envs.alfworld.actions import (
     ACTION_STOP,
+    FORMATS,
     TOOL_CALL_STOP,
     Protocol,
+    action_attempts,
     extract_action,
     first_action_lowercased,
     format_action,
@@ -48,6 +50,8 @@ from agentenvs.envs.forking import copy_task_state
 from agentenvs.envs.rendered_env import RenderedEnv
 from agentenvs.envs.renderers import Appended, Renderer, RendererKind
 from agentenvs.envs.text import Message, TextEnv, TextStep
+from agentenvs.envs.tool_calls import ToolOutcome, step_logs
+from agentenvs.envs.tool_calls.sniff import foreign_attempts
 from agentenvs.envs.types import (
     ForkUnsupported,
     Observation,
@@ -118,6 +122,8 @@ class ALFWorldTextEnv(TextEnv):
         self.game = game
         self.settings = settings
         self.stats = EpisodeStats()
+        self.outcome = ToolOutcome.NOT_RUN
+        """What became of this step's command (set by ``_step``, recorded by ``step``)."""
         self.lease: EngineLease | None = None
         self.intro = prompts.Intro("", "")
         self.admissible: list[str] = []
@@ -228,11 +234,23 @@ class ALFWorldTextEnv(TextEnv):
     # ---- one action ------------------------------------------------------------------
     async def step(self, action_text: str, *, stop_reason: SamplerStopReason) -> TextStep:
         anchor = self.raw_observation
+        protocol = self.settings.protocol
+        pick = "first" if protocol == "tag" and self.settings.action_pick == "first" else "last"
+        stopped = stop_reason == "stop"
+        attempts, chosen = action_attempts(
+            action_text, protocol, stopped_on_sequence=stopped, pick=pick
+        )
+        self.outcome = ToolOutcome.NOT_RUN
         result = await self._step(action_text)
+        if chosen is not None:
+            attempts[chosen] = attempts[chosen].with_outcome(self.outcome)
+        declared = [FORMATS[protocol]]
+        attempts += foreign_attempts(action_text, declared)
         result.logs = {
             **result.logs,
             ANCHOR_LOG: anchor,
             ANCHOR_KEY_LOG: anchor_key(anchor),
+            **step_logs(attempts, declared, "<tool_response>" if protocol == "tool" else None),
         }
         return result
 
@@ -282,6 +300,7 @@ class ALFWorldTextEnv(TextEnv):
             label = played if played is not None else normalize(requested)
             self.stats.actions.append(label)
             penalise = self.settings.penalise_inadmissible or not well_formed
+            self.outcome = ToolOutcome.ERROR  # not a command the game admits
             return self._answer(
                 NOTHING_HAPPENS,
                 reward=-self.settings.invalid_action_penalty if penalise else 0.0,
@@ -297,6 +316,7 @@ class ALFWorldTextEnv(TextEnv):
                 "step", timeout=self.settings.step_timeout_s, command=command, plan=want_plan
             )
         except (ALFWorldWorkerError, EngineError) as err:
+            self.outcome = ToolOutcome.ERROR
             return await self._env_error(err)
         self.stats.actions.append(command)
         self.engine_commands.append(command)
@@ -304,6 +324,7 @@ class ALFWorldTextEnv(TextEnv):
         self.admissible = list(answer["admissible"])
         feedback = answer["feedback"]
         invalid = feedback.strip() == NOTHING_HAPPENS
+        self.outcome = ToolOutcome.ERROR if invalid else ToolOutcome.OK
         if invalid:
             self.stats.invalid_actions += 1
         if answer["won"]:

@@ -31,7 +31,9 @@ from agentenvs.envs.retool.output import ErrorDetail, OutputPolicy, ToolOutput
 from agentenvs.envs.retool.problems import DataFormat, Problem, load_problems
 from agentenvs.envs.retool.prompts import STRINGS
 from agentenvs.envs.retool.protocol import Protocol
-from agentenvs.envs.retool.reward import Grader, pass_at_k
+from agentenvs.envs.retool.reward import Grader, judge_input, pass_at_k
+from agentenvs.envs.rewards.judge_settings import JudgedConfig
+from agentenvs.envs.rewards.judged_env import judged, unwrap
 from agentenvs.envs.strings import SettableStrings
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.types import Metrics, Trajectory
@@ -70,7 +72,7 @@ EVAL_SPLITS = frozenset({"test", "eval", "validation", "val"})
 _PROTOCOL_RENDERER: dict[str, RendererKind] = {"retool": "continuation", "tool_call": "chat"}
 
 
-class ReToolConfig(EnvConfig, SettableStrings):
+class ReToolConfig(EnvConfig, SettableStrings, JudgedConfig):
     """Math with a sandboxed Python interpreter (ReTool); answers graded in \\boxed{}."""
 
     env_name: ClassVar[str] = "retool"
@@ -242,7 +244,8 @@ class ReToolConfig(EnvConfig, SettableStrings):
         problems = self.problems(split)
         if not 0 <= task_index < len(problems):
             raise IndexError(f"task {task_index} out of range ({len(problems)} problems)")
-        return ReToolEnv(problems[task_index], self, tokenizer)  # type: ignore[arg-type]
+        env = ReToolEnv(problems[task_index], self, tokenizer)  # type: ignore[arg-type]
+        return judged(env, self.judge, judge_input)
 
     # ---- group metrics --------------------------------------------------------------
     async def group_rewards(
@@ -251,7 +254,7 @@ class ReToolConfig(EnvConfig, SettableStrings):
         """No group reward; pass@k and how often the tool was used, as group metrics."""
         from agentenvs.envs.retool.env import ReToolEnv
 
-        episodes = [env for env in envs if isinstance(env, ReToolEnv)]
+        episodes = [unwrap(env) for env in envs if isinstance(unwrap(env), ReToolEnv)]
         n = len(episodes)
         metrics: Metrics = {}
         if n:

@@ -33,6 +33,7 @@ from agentenvs.envs.retool.output import TokenCounter, render_result, truncate
 from agentenvs.envs.retool.problems import Problem
 from agentenvs.envs.retool.protocol import (
     CODE_CLOSE,
+    FORMATS,
     code_action,
     interpreter_block,
     parse_action,
@@ -45,6 +46,8 @@ from agentenvs.envs.retool.protocol import (
 from agentenvs.envs.retool.reward import grade, last_boxed, shaped_reward
 from agentenvs.envs.retool.sandboxes import shared_sandbox
 from agentenvs.envs.text import Message, TextEnv, TextStep
+from agentenvs.envs.tool_calls import ParseStatus, ToolCallAttempt, ToolOutcome, step_logs
+from agentenvs.envs.tool_calls.sniff import foreign_attempts
 from agentenvs.envs.types import Metrics, SamplerStopReason, StopReason
 from agentenvs.sandbox.base import ExecResult, ExecStatus, Session
 
@@ -100,6 +103,8 @@ class ReToolEnv(TextEnv):
         self._transcript: list[str] = []
         """Actions and interpreter outputs in order: the whole response verl grades."""
         self._session: Session | None = None
+        self._attempts: list[ToolCallAttempt] = []
+        """This step's tool-call attempts, with outcomes as they are known."""
 
     async def fork(self) -> ReToolEnv:
         """A copy of the episode's counters and transcript; with ``execution=stateful``
@@ -134,6 +139,27 @@ class ReToolEnv(TextEnv):
 
     # ---- one action -----------------------------------------------------------------
     async def step(self, action_text: str, *, stop_reason: SamplerStopReason) -> TextStep:
+        """One action; its tool-call attempts go to the step's logs (``tool_calls``)."""
+        self._attempts = []
+        result = await self._step(action_text, stop_reason)
+        declared = [FORMATS[self.config.protocol]]
+        attempts = self._attempts + foreign_attempts(action_text, declared)
+        result.logs = {
+            **result.logs,
+            **step_logs(attempts, declared, _RESULT_OPEN[self.config.protocol]),
+        }
+        return result
+
+    def _mark(self, index: int, **change: Any) -> None:
+        """Record what became of attempt ``index`` (a status or an outcome)."""
+        attempt = self._attempts[index]
+        if "status" in change:
+            attempt = attempt.with_status(change["status"], change.get("detail", ""))
+        if "outcome" in change:
+            attempt = attempt.with_outcome(change["outcome"])
+        self._attempts[index] = attempt
+
+    async def _step(self, action_text: str, stop_reason: SamplerStopReason) -> TextStep:
         cfg = self.config
         self.turns += 1
         self._texts.append(action_text)
@@ -144,6 +170,7 @@ class ReToolEnv(TextEnv):
             parsed = parse_tool_calls_verl(action_text)
         else:
             parsed = parse_action(action_text, cfg.protocol)
+        self._attempts = list(parsed.attempts)
         if parsed.kind == "code" and self._ended_before_running(action_text, stop_reason):
             parsed = dataclasses.replace(parsed, kind="final", codes=[])
 
@@ -169,8 +196,16 @@ class ReToolEnv(TextEnv):
 
         codes = parsed.codes[: cfg.max_parallel_calls]  # None keeps them all
         errors = (parsed.errors or [None] * len(parsed.codes))[: cfg.max_parallel_calls]
+        calls = parsed.call_index[: len(codes)]
+        over = f"more than {cfg.max_parallel_calls} parallel call(s)"
+        for index in parsed.call_index[len(codes) :]:
+            self._mark(index, status=ParseStatus.TOO_MANY_CALLS, detail=over)
         runnable = sum(1 for error in errors if error is None)
         if self.tool_calls + runnable > cfg.max_tool_calls:
+            over = f"more than {cfg.max_tool_calls} tool call(s) in the episode"
+            for index, error in zip(calls, errors, strict=True):
+                if error is None:
+                    self._mark(index, status=ParseStatus.TOO_MANY_CALLS, detail=over)
             if cfg.on_max_tool_calls == "end":
                 return self._finish(MAX_TOOL_CALLS)
             if last_turn:
@@ -180,12 +215,13 @@ class ReToolEnv(TextEnv):
             return self._finish(MAX_TURNS)
 
         outputs, statuses = [], []
-        for code, error in zip(codes, errors, strict=True):
+        for index, code, error in zip(calls, codes, errors, strict=True):
             if error is not None:  # verl answers a call it cannot run and goes on
                 outputs.append(cfg.text("tool_error").replace("{error}", error))
                 statuses.append("call_error")
                 continue
             text, status = await self._run(code)
+            self._mark(index, outcome=_OUTCOMES.get(status, ToolOutcome.ERROR))
             outputs.append(text)
             statuses.append(status)
         self._transcript.extend(outputs)
@@ -379,6 +415,14 @@ class ReToolEnv(TextEnv):
             return f"The interpreter printed {value}.\n<answer>\\boxed{{{value}}}</answer>"
         return f"The code printed {value}, so the answer is \\boxed{{{value}}}."
 
+
+_OUTCOMES = {str(ExecStatus.OK): ToolOutcome.OK, str(ExecStatus.TIMEOUT): ToolOutcome.TIMEOUT}
+"""A sandbox status as a tool outcome; every other status (an exception, the memory or
+output limit) is an ``error``."""
+
+_RESULT_OPEN = {"retool": "<interpreter>", "tool_call": "<tool_response>"}
+"""What opens a tool result in each protocol (the Qwen templates wrap tool messages in
+``<tool_response>``): sampled text holding it is a result the loss would train on."""
 
 _MALFORMED = {
     "retool": (

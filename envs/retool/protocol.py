@@ -27,13 +27,21 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentenvs.envs.tool_calls import hermes, retool_code
+from agentenvs.envs.tool_calls.retool_code import extract_fenced as extract_fenced
+from agentenvs.envs.tool_calls.types import CallFormat, ParseStatus, ToolCallAttempt
+
 Protocol = Literal["retool", "tool_call"]
 
 TOOL_NAME = "code_interpreter"
-CODE_OPEN, CODE_CLOSE = "<code>", "</code>"
-CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+CODE_OPEN, CODE_CLOSE = retool_code.OPEN, retool_code.CLOSE
+CALL_OPEN, CALL_CLOSE = hermes.OPEN, hermes.CLOSE
 
-_FENCE = re.compile(r"```[ \t]*(?:python3|python|py)?[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
+FORMATS: dict[Protocol, CallFormat] = {
+    "retool": CallFormat.RETOOL_CODE,
+    "tool_call": CallFormat.HERMES,
+}
+"""The tool-call format each protocol declares to the model."""
 
 
 @dataclass
@@ -51,105 +59,85 @@ class ParsedAction:
     detail: str = ""
     errors: list[str | None] = field(default_factory=list)
     """``call_rules=verl``: per call, why it cannot run (None: it runs ``codes[i]``)."""
-
-
-def extract_fenced(block: str) -> str:
-    """The code in a fenced block, or the block itself when there is no fence.
-
-    An unterminated fence is tolerated: the model was cut at ``</code>``.
-    """
-    match = _FENCE.search(block)
-    return (match.group(1) if match else block).strip("\n").rstrip()
+    attempts: list[ToolCallAttempt] = field(default_factory=list)
+    """Every tool-call attempt in the action, classified (``envs/tool_calls``)."""
+    call_index: list[int] = field(default_factory=list)
+    """Per entry of ``codes``, the index of its attempt in ``attempts``."""
 
 
 def parse_retool(text: str) -> ParsedAction:
-    close = text.find(CODE_CLOSE)
-    if close < 0:
-        if CODE_OPEN in text:
-            return ParsedAction(
-                "malformed", problem="parse_error", detail=f"{CODE_OPEN} was never closed"
-            )
+    """The first ``</code>`` decides (the sampler stops there): the code before it, a
+    code block never closed, or a closing tag with no block."""
+    attempts = retool_code.parse(text, max_calls=1)
+    if not attempts:
         return ParsedAction("final")
-    open_ = text.rfind(CODE_OPEN, 0, close)
-    if open_ < 0:
+    first = attempts[0]
+    if first.status == ParseStatus.TRUNCATED:
+        detail = f"{CODE_OPEN} was never closed"
+        return ParsedAction("malformed", problem="parse_error", detail=detail, attempts=attempts)
+    if first.status == ParseStatus.MALFORMED_MARKUP:
+        detail = f"{CODE_CLOSE} without {CODE_OPEN}"
+        return ParsedAction("malformed", problem="parse_error", detail=detail, attempts=attempts)
+    if first.status == ParseStatus.INVALID_ARGUMENT:
         return ParsedAction(
-            "malformed", problem="parse_error", detail=f"{CODE_CLOSE} without {CODE_OPEN}"
+            "malformed", problem="empty_code", detail=first.detail, attempts=attempts
         )
-    code = extract_fenced(text[open_ + len(CODE_OPEN) : close])
-    if not code.strip():
-        return ParsedAction("malformed", problem="empty_code", detail="the code block is empty")
-    return ParsedAction("code", codes=[code])
+    code = (first.arguments or {})["code"]
+    return ParsedAction("code", codes=[code], attempts=attempts, call_index=[0])
 
 
 def parse_tool_calls(text: str) -> ParsedAction:
     """Hermes tool calls; any call that cannot be used makes the action malformed."""
-    blocks: list[str] = []
-    position = 0
-    while True:
-        start = text.find(CALL_OPEN, position)
-        if start < 0:
-            break
-        body = start + len(CALL_OPEN)
-        end = _json_end(text, body)  # code may itself contain "</tool_call>"
-        if end is None:
-            end = text.find(CALL_CLOSE, body)
-        if end < 0:
-            return ParsedAction(
-                "malformed", problem="parse_error", detail=f"{CALL_OPEN} was never closed"
-            )
-        blocks.append(text[body:end])
-        position = end + len(CALL_CLOSE)
+    blocks = hermes.find_blocks(text, cut_json_runs_on=False)
+    attempts = [_call_attempt(block) for block in blocks]
+    if any(not block.closed for block in blocks):
+        detail = f"{CALL_OPEN} was never closed"
+        return ParsedAction("malformed", problem="parse_error", detail=detail, attempts=attempts)
     if not blocks:
         return ParsedAction("final")
-    codes = []
-    for block in blocks:
-        code, problem = _code_from_call(block)
-        if code is None:
-            kind = "empty_code" if problem == "the code is empty" else "parse_error"
-            return ParsedAction("malformed", problem=kind, detail=problem)
-        codes.append(code)
-    return ParsedAction("code", codes=codes)
+    for attempt in attempts:
+        if not attempt.parsed:
+            kind = "empty_code" if attempt.detail == "the code is empty" else "parse_error"
+            return ParsedAction("malformed", problem=kind, detail=attempt.detail, attempts=attempts)
+    codes = [(a.arguments or {})["code"] for a in attempts]
+    return ParsedAction("code", codes=codes, attempts=attempts, call_index=list(range(len(codes))))
 
 
-_DECODER = json.JSONDecoder()
+def _call_attempt(block: hermes.Block) -> ToolCallAttempt:
+    span = (block.start, block.end)
+    if not block.closed:
+        detail = f"{CALL_OPEN} was never closed"
+        return ToolCallAttempt(CallFormat.HERMES, ParseStatus.TRUNCATED, span, detail=detail)
+    code, status, problem = _code_from_call(block.body)
+    if code is None:
+        return ToolCallAttempt(CallFormat.HERMES, status, span, detail=problem)
+    arguments = {"code": code}
+    return ToolCallAttempt(CallFormat.HERMES, ParseStatus.OK, span, TOOL_NAME, arguments)
 
 
-def _json_end(text: str, start: int) -> int | None:
-    """Index of the ``</tool_call>`` that follows a JSON value starting at ``start``
-    (after whitespace), or None when the text there is not JSON closed by the tag."""
-    index = start
-    while index < len(text) and text[index].isspace():
-        index += 1
-    try:
-        _, stop = _DECODER.raw_decode(text, index)
-    except json.JSONDecodeError:
-        return None
-    while stop < len(text) and text[stop].isspace():
-        stop += 1
-    return stop if text.startswith(CALL_CLOSE, stop) else None
-
-
-def _code_from_call(block: str) -> tuple[str | None, str]:
-    try:
-        call = json.loads(block)
-    except json.JSONDecodeError as err:
-        return None, f"the tool call is not valid JSON ({err.msg})"
+def _code_from_call(block: str) -> tuple[str | None, ParseStatus, str]:
+    """The code of one call, or its parse status and the reason it cannot run."""
+    call, error = hermes.loads(block)
+    if error:
+        return None, ParseStatus.MALFORMED_JSON, f"the tool call is {error}"
     if not isinstance(call, dict):
-        return None, "the tool call must be a JSON object"
+        return None, ParseStatus.MALFORMED_JSON, "the tool call must be a JSON object"
     if call.get("name") != TOOL_NAME:
-        return None, f"unknown tool {call.get('name')!r}; the only tool is {TOOL_NAME}"
+        detail = f"unknown tool {call.get('name')!r}; the only tool is {TOOL_NAME}"
+        return None, ParseStatus.UNKNOWN_TOOL, detail
     arguments: Any = call.get("arguments", {})
     if isinstance(arguments, str):  # some models double-encode the arguments
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            return None, "the arguments are not a JSON object"
+        arguments, error = hermes.loads(arguments)
+        if error:
+            return None, ParseStatus.MALFORMED_JSON, "the arguments are not a JSON object"
     if not isinstance(arguments, dict) or not isinstance(arguments.get("code"), str):
-        return None, 'the arguments need a string field "code"'
+        missing = isinstance(arguments, dict) and "code" not in arguments
+        status = ParseStatus.MISSING_ARGUMENT if missing else ParseStatus.INVALID_ARGUMENT
+        return None, status, 'the arguments need a string field "code"'
     code = extract_fenced(arguments["code"]) if "```" in arguments["code"] else arguments["code"]
     if not code.strip():
-        return None, "the code is empty"
-    return code, ""
+        return None, ParseStatus.INVALID_ARGUMENT, "the code is empty"
+    return code, ParseStatus.OK, ""
 
 
 _HERMES_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -165,30 +153,45 @@ def parse_tool_calls_verl(text: str) -> ParsedAction:
     is kept with an error (answered with the tool_error text). The code is the stripped
     body of its first ```python fence, else the string as it is; empty code runs."""
     if CALL_OPEN not in text or CALL_CLOSE not in text:
-        return ParsedAction("final")
+        return ParsedAction("final", attempts=hermes.parse(text))
     codes: list[str] = []
     errors: list[str | None] = []
-    for block in _HERMES_CALL.findall(text):
+    attempts: list[ToolCallAttempt] = []
+    for match in _HERMES_CALL.finditer(text):
+        span = match.span()
         try:
-            call = json.loads(block)
+            call = json.loads(match.group(1))
             name, arguments = call["name"], call["arguments"]
-        except (json.JSONDecodeError, KeyError, TypeError, IndexError):
+        except (json.JSONDecodeError, KeyError, TypeError, IndexError, RecursionError):
+            detail = "skipped: not JSON with a name and arguments"
+            attempts.append(
+                ToolCallAttempt(_HERMES, ParseStatus.MALFORMED_JSON, span, detail=detail)
+            )
             continue
-        error = None
+        error, status = None, ParseStatus.OK
         if name != TOOL_NAME:
             error = f"unknown tool {name!r}; the only tool is {TOOL_NAME}"
+            status = ParseStatus.UNKNOWN_TOOL
         elif not isinstance(arguments, dict) or not isinstance(arguments.get("code"), str):
             error = 'the arguments need a string field "code"'
+            status = ParseStatus.INVALID_ARGUMENT
         code = ""
         if error is None:
             code = arguments["code"]
             fenced = _VERL_FENCE.findall(code)
             code = fenced[0].strip() if fenced else code
+        shown = name if isinstance(name, str) else None
+        args = {"code": code} if error is None else None
+        attempts.append(ToolCallAttempt(_HERMES, status, span, shown, args, error or ""))
         codes.append(code)
         errors.append(error)
     if not codes:
-        return ParsedAction("final")
-    return ParsedAction("code", codes=codes, errors=errors)
+        return ParsedAction("final", attempts=attempts)
+    index = [i for i, a in enumerate(attempts) if a.status != ParseStatus.MALFORMED_JSON]
+    return ParsedAction("code", codes=codes, errors=errors, attempts=attempts, call_index=index)
+
+
+_HERMES = CallFormat.HERMES
 
 
 _CODE_SPANS = {

@@ -19,8 +19,11 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from agentenvs.envs.rewards.identity import RewardIdentity, identify, identity_of, reward_function
 
 Grader = Literal["math_verify", "strict_box"]
 
@@ -105,6 +108,12 @@ class Grade:
     """The extracted answer, None when the text has no box."""
 
 
+@reward_function(
+    "correct",
+    "1",
+    depends=(last_boxed, dapo_last_boxed, strict_box_correct, math_verify_correct),
+    packages=("math-verify",),
+)
 def grade(text: str, ground_truth: str, grader: Grader = "math_verify") -> Grade:
     if grader == "strict_box":
         correct, predicted = strict_box_correct(text, ground_truth)
@@ -115,6 +124,7 @@ def grade(text: str, ground_truth: str, grader: Grader = "math_verify") -> Grade
     return Grade(math_verify_correct(predicted, ground_truth), predicted)
 
 
+@reward_function("shaped_reward", "1")
 def shaped_reward(
     correct: bool,
     *,
@@ -140,3 +150,30 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def reward_components(config: Mapping[str, Any]) -> list[RewardIdentity]:
+    """ReTool's reward components under ``config`` (a dumped :class:`ReToolConfig`): the
+    grader, the outcome shaping, the env's final step that adds the penalties, and the
+    judge when one is set."""
+    from agentenvs.envs.retool.env import ReToolEnv
+
+    components = [
+        identity_of(grade),
+        identity_of(shaped_reward),
+        identify(ReToolEnv._finish, "final_step", "1"),
+    ]
+    if config.get("judge"):
+        from agentenvs.envs.rewards.judge import judge_identity
+        from agentenvs.envs.rewards.judge_settings import JudgeSettings
+
+        components.append(judge_identity(JudgeSettings.model_validate(config["judge"])))
+    return components
+
+
+def judge_input(env: Any) -> Any:
+    """What a judge reads of a finished ReTool episode: the problem, the text the
+    grader reads, and the ground truth as the reference."""
+    from agentenvs.envs.rewards.judge import JudgeInput
+
+    return JudgeInput(env.problem.question, env.graded_text(), env.problem.answer)

@@ -19,6 +19,8 @@ from pydantic import Field, model_validator
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
+from agentenvs.envs.rewards.judge_settings import JudgedConfig
+from agentenvs.envs.rewards.judged_env import judged
 from agentenvs.envs.search_r1.env import SearchR1Env
 from agentenvs.envs.search_r1.prompts import STRINGS
 from agentenvs.envs.search_r1.protocol import (
@@ -29,8 +31,9 @@ from agentenvs.envs.search_r1.protocol import (
 )
 from agentenvs.envs.search_r1.questions import SPLIT_ALIASES, QATask, load_tasks, shipped_tasks
 from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
-from agentenvs.envs.search_r1.reward import AnswerScope, RewardMode
+from agentenvs.envs.search_r1.reward import AnswerScope, RewardMode, judge_input
 from agentenvs.envs.strings import SettableStrings
+from agentenvs.envs.text import TextEnv
 
 SEARCH_R1_PRESET: dict[str, Any] = {
     # PeterGriffinJin/Search-R1 train_grpo.sh / train_ppo.sh and llm_agent/generation.py;
@@ -53,7 +56,7 @@ is not a knob here: it stays ours under every preset. The retriever stays ours t
 index we do not download): docs/search_r1.md says how to point it at the paper's."""
 
 
-class SearchR1Config(EnvConfig, SettableStrings):
+class SearchR1Config(EnvConfig, SettableStrings, JudgedConfig):
     """Search-R1: reason, search a corpus, answer (exact-match reward)."""
 
     env_name: ClassVar[str] = "search_r1"
@@ -166,10 +169,11 @@ class SearchR1Config(EnvConfig, SettableStrings):
         task = self.tasks(split)[task_index]
         return SearchR1Env(task, self, count_tokens or approximate_counter(self.chars_per_token))
 
-    def make_text_env(self, task_index: int, split: str = "train") -> SearchR1Env:
-        return self.make_search_env(task_index, split)
+    def make_text_env(self, task_index: int, split: str = "train") -> TextEnv:
+        """The episode, judged on its final step when ``judge`` is set."""
+        return judged(self.make_search_env(task_index, split), self.judge, judge_input)
 
     def make_env(self, task_index: int, tokenizer: Tokenizer, split: str = "train") -> RenderedEnv:
         renderer = make_renderer(self.renderer_kind, tokenizer)
         task = self.make_search_env(task_index, split, tokenizer_counter(tokenizer))
-        return RenderedEnv(task, renderer, self.limits)
+        return RenderedEnv(judged(task, self.judge, judge_input), renderer, self.limits)

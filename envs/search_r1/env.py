@@ -41,6 +41,10 @@ from agentenvs.envs.search_r1.retrievers import make_retriever
 from agentenvs.envs.search_r1.retrievers.base import Passage, QueryRejected, RetrieverError
 from agentenvs.envs.search_r1.reward import score_response
 from agentenvs.envs.text import Message, TextEnv, TextStep
+from agentenvs.envs.tool_calls import CallFormat, ParseStatus, ToolCallAttempt, ToolOutcome
+from agentenvs.envs.tool_calls import search_r1 as search_tags
+from agentenvs.envs.tool_calls.record import step_logs
+from agentenvs.envs.tool_calls.sniff import foreign_attempts
 from agentenvs.envs.types import Metrics, SamplerStopReason, StopReason
 
 if TYPE_CHECKING:
@@ -67,6 +71,7 @@ class SearchR1Env(TextEnv):
         Search-R1's reward reads (``answer_scope=prompt_and_response``)."""
         self.well_formed = True
         self.seen: list[str] = []  # raw text of each search's passages, for the oracle
+        self._attempts: list[ToolCallAttempt] = []  # this step's tool-call attempts
 
     async def fork(self) -> SearchR1Env:
         """A copy of the episode's counters and past actions; the task, the config (and
@@ -113,15 +118,26 @@ class SearchR1Env(TextEnv):
             action_text = cut_at_first_stop(action_text)
         self.actions.append(action_text)
         self.transcript.append(action_text)
+        self._attempts = []
         if self.tool_protocol:
             result = await self._tool_step(action_text)
         else:
             result = await self._tags_step(action_text, stop_reason)
         self.transcript.append(_observation_text(result.observation))
+        declared = [CallFormat.HERMES if self.tool_protocol else CallFormat.SEARCH_R1]
+        attempts = self._attempts + foreign_attempts(action_text, declared)
+        opener = "<tool_response>" if self.tool_protocol else "<information>"
+        result.logs = {**result.logs, **step_logs(attempts, declared, opener)}
         return result
+
+    def _outcome(self, indices: list[int], outcome: ToolOutcome) -> None:
+        for index in indices:
+            self._attempts[index] = self._attempts[index].with_outcome(outcome)
 
     async def _tags_step(self, text: str, stop_reason: SamplerStopReason) -> TextStep:
         action = parse_tags(text, stopped_on_sequence=stop_reason == "stop")
+        self._attempts = search_tags.parse(text, stopped_on_sequence=stop_reason == "stop")
+        ran = self._deciding_search() if action.kind == "search" else []
         self.well_formed &= tags_turn_well_formed(text)
         if action.kind == "answer":
             return self._finish(StopReason.COMPLETED)
@@ -141,15 +157,37 @@ class SearchR1Env(TextEnv):
         try:
             hits = (await self._search([action.content]))[0]
         except QueryRejected as err:
+            self._outcome(ran, ToolOutcome.ERROR)
             return self._query_rejected(err, text("query_rejected") + suffix, next_stop)
         except RetrieverError as err:
+            self._outcome(ran, ToolOutcome.ERROR)
             return self._retrieval_failed(err)
+        self._outcome(ran, ToolOutcome.OK)
         body = format_passages(hits) if hits else text("no_results")
         observation = self._information(body, suffix)
         return TextStep(observation, next_stop=next_stop, metrics=self._metrics())
 
+    def _deciding_search(self) -> list[int]:
+        """The index of the search block this turn runs (the first complete one); any
+        later readable block is one search too many for a turn."""
+        found = [
+            i
+            for i, a in enumerate(self._attempts)
+            if a.status in (ParseStatus.OK, ParseStatus.INVALID_ARGUMENT)
+        ]
+        for index in found[1:]:
+            if self._attempts[index].parsed:
+                self._attempts[index] = self._attempts[index].with_status(
+                    ParseStatus.TOO_MANY_CALLS, "one search per turn"
+                )
+        return found[:1]
+
     async def _tool_step(self, text: str) -> TextStep:
         turn = parse_tool_turn(text)
+        self._attempts = sorted(
+            [call.attempt() for call in turn.calls] + turn.unclosed, key=lambda a: a.span
+        )
+        ran = [i for i, a in enumerate(self._attempts) if a.parsed]
         self.well_formed &= tool_turn_well_formed(text)
         if turn.kind == "answer":
             return self._finish(StopReason.COMPLETED)
@@ -173,10 +211,13 @@ class SearchR1Env(TextEnv):
         try:
             found = await self._search(queries) if queries else []
         except QueryRejected as err:
+            self._outcome(ran, ToolOutcome.ERROR)
             message = " ".join(filter(None, [text("query_rejected_tool"), last_hint]))
             return self._query_rejected(err, {"role": "user", "content": message}, None)
         except RetrieverError as err:
+            self._outcome(ran, ToolOutcome.ERROR)
             return self._retrieval_failed(err)
+        self._outcome(ran, ToolOutcome.OK)
         messages: list[Message] = []
         results = iter(found)
         budget = len(queries)
@@ -188,6 +229,8 @@ class SearchR1Env(TextEnv):
                 budget -= take
                 hits = [next(results) for _ in range(take)]
                 dropped = len(call.queries) - take
+                if not take:
+                    self._drop(call.span, limit)
                 note = prompts.dropped_queries_note(dropped, limit) if dropped else None
                 content = (
                     self._tool_content(hits, note)
@@ -196,6 +239,14 @@ class SearchR1Env(TextEnv):
                 )
             messages.append({"role": "tool", "content": content})
         return TextStep(messages + hint, metrics=self._metrics())
+
+    def _drop(self, span: tuple[int, int], limit: int | None) -> None:
+        """The call at ``span`` had all its queries dropped by the per-turn limit."""
+        for index, attempt in enumerate(self._attempts):
+            if attempt.span == span:
+                detail = f"over the limit of {limit} queries per turn"
+                dropped = attempt.with_status(ParseStatus.TOO_MANY_CALLS, detail)
+                self._attempts[index] = dropped.with_outcome(ToolOutcome.NOT_RUN)
 
     def _tool_content(self, hits: list[list[Passage]], note: str | None = None) -> str:
         def wrap(body: str) -> str:

@@ -22,14 +22,16 @@ from typing import Any, Literal
 from agentenvs.envs.search_r1.corpus import split_title
 from agentenvs.envs.search_r1.prompts import NO_RESULTS
 from agentenvs.envs.search_r1.retrievers.base import Passage
+from agentenvs.envs.tool_calls import hermes, search_r1
+from agentenvs.envs.tool_calls.types import CallFormat, ParseStatus, ToolCallAttempt
 
 Protocol = Literal["tags", "tool_call"]
 TokenCounter = Callable[[str], int]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BLOCK = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _OPEN_TAIL = re.compile(r"<(search|answer)>((?:(?!</?(?:search|answer)>).)*)$", re.DOTALL)
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _FIRST_ACTION = re.compile(r"<tool_call>|<answer>")
 _THINK = r"(?:<think>(?:(?!</?think>).)*</think>\s*)?"
 _TAGS_TURN = re.compile(
@@ -58,14 +60,21 @@ def parse_tags(text: str, *, stopped_on_sequence: bool = False) -> TagAction:
     A sampler that honours the ``</search>`` stop sequence but leaves it out of its
     output (``stopped_on_sequence`` with an unclosed last block) still searched.
     """
-    match = _BLOCK.search(text)
-    if match:
-        return TagAction(match.group(1), clean_query(match.group(2).strip()))  # type: ignore[arg-type]
+    searches = [a for a in search_r1.parse(text) if a.status in _COMPLETE]
+    answer = _ANSWER.search(text)
+    if answer and (not searches or answer.start() < searches[0].span[0]):
+        return TagAction("answer", clean_query(answer.group(1).strip()))
+    if searches:
+        return TagAction("search", clean_query((searches[0].arguments or {})["query"]))
     if stopped_on_sequence:
         tail = _OPEN_TAIL.search(text)
         if tail:
             return TagAction(tail.group(1), clean_query(tail.group(2).strip()))  # type: ignore[arg-type]
     return TagAction("invalid")
+
+
+_COMPLETE = (ParseStatus.OK, ParseStatus.INVALID_ARGUMENT)
+"""A ``<search>`` block with both tags (an empty one still searches, as in Search-R1)."""
 
 
 def cut_at_first_stop(text: str) -> str:
@@ -122,6 +131,15 @@ def tags_turn_well_formed(text: str) -> bool:
 class ToolCall:
     queries: list[str] = field(default_factory=list)
     error: str | None = None
+    status: ParseStatus = ParseStatus.OK
+    span: tuple[int, int] = (0, 0)
+
+    def attempt(self) -> ToolCallAttempt:
+        """This call as a recorded attempt (``envs/tool_calls``)."""
+        if self.error is not None:
+            return ToolCallAttempt(CallFormat.HERMES, self.status, self.span, detail=self.error)
+        arguments = {"query_list": self.queries}
+        return ToolCallAttempt(CallFormat.HERMES, self.status, self.span, "search", arguments)
 
 
 @dataclass
@@ -129,48 +147,64 @@ class ToolTurn:
     kind: Literal["search", "answer", "invalid"]
     calls: list[ToolCall] = field(default_factory=list)
     answer: str = ""
+    unclosed: list[ToolCallAttempt] = field(default_factory=list)
+    """Calls the text ended inside (never run; recorded as ``truncated``)."""
+
+
+def _failed(status: ParseStatus, error: str) -> ToolCall:
+    return ToolCall(error=error, status=status)
 
 
 def _parse_call(raw: str) -> ToolCall:
-    try:
-        call = json.loads(raw.strip())
-    except json.JSONDecodeError as err:
-        return ToolCall(error=f"the tool call is not valid JSON ({err.msg})")
+    call, error = hermes.loads(raw.strip())
+    if error:
+        return _failed(ParseStatus.MALFORMED_JSON, f"the tool call is {error}")
     if not isinstance(call, dict):
-        return ToolCall(error="the tool call must be a JSON object")
+        return _failed(ParseStatus.MALFORMED_JSON, "the tool call must be a JSON object")
     if call.get("name") != "search":
-        return ToolCall(error=f"unknown tool {call.get('name')!r}; the only tool is 'search'")
+        detail = f"unknown tool {call.get('name')!r}; the only tool is 'search'"
+        return _failed(ParseStatus.UNKNOWN_TOOL, detail)
     args = call.get("arguments", call.get("parameters", {}))
     if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
-            return ToolCall(error="the arguments are not valid JSON")
+        args, error = hermes.loads(args)
+        if error:
+            return _failed(ParseStatus.MALFORMED_JSON, "the arguments are not valid JSON")
     if not isinstance(args, dict):
-        return ToolCall(error="the arguments must be a JSON object")
+        return _failed(ParseStatus.MALFORMED_JSON, "the arguments must be a JSON object")
     queries = args.get("query_list", args.get("query"))
     if isinstance(queries, str):
         queries = [queries]
     if not isinstance(queries, list):
-        return ToolCall(error="'query_list' must be a list of strings")
+        status = (
+            ParseStatus.INVALID_ARGUMENT if queries is not None else ParseStatus.MISSING_ARGUMENT
+        )
+        return _failed(status, "'query_list' must be a list of strings")
     cleaned = [clean_query(q.strip()) for q in queries if isinstance(q, str) and q.strip()]
     if not cleaned:
-        return ToolCall(error="'query_list' holds no non-empty query")
+        return _failed(ParseStatus.INVALID_ARGUMENT, "'query_list' holds no non-empty query")
     return ToolCall(queries=cleaned)
 
 
 def parse_tool_turn(text: str) -> ToolTurn:
     """Whichever comes first decides: ``<tool_call>`` blocks (all of them) or ``<answer>``."""
+    blocks = hermes.find_blocks(text, cut_json_runs_on=False)
+    unclosed = [hermes.attempt_of(b) for b in blocks if not b.closed]
     first = _FIRST_ACTION.search(text)
     if first is None:
-        return ToolTurn("invalid")
+        return ToolTurn("invalid", unclosed=unclosed)
     if first.group(0) == "<answer>":
         match = _BLOCK.search(text, first.start())
         if match and match.group(1) == "answer":
-            return ToolTurn("answer", answer=match.group(2).strip())
-        return ToolTurn("invalid")
-    calls = [_parse_call(raw) for raw in _TOOL_CALL.findall(text)]
-    return ToolTurn("search", calls=calls) if calls else ToolTurn("invalid")
+            return ToolTurn("answer", answer=match.group(2).strip(), unclosed=unclosed)
+        return ToolTurn("invalid", unclosed=unclosed)
+    calls = []
+    for block in blocks:
+        if block.closed:
+            call = _parse_call(block.body)
+            call.span = (block.start, block.end)
+            calls.append(call)
+    kind: Literal["search", "invalid"] = "search" if calls else "invalid"
+    return ToolTurn(kind, calls=calls, unclosed=unclosed)
 
 
 def format_passages_verl(passages: list[Passage]) -> str:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from agentenvs.envs.rewards.identity import RewardIdentity, identify, identity_of, reward_function
 
 RewardMode = Literal["em", "f1", "format"]
 AnswerScope = Literal["actions", "prompt_and_response"]
@@ -72,6 +74,7 @@ class Score:
     well_formed: bool
 
 
+@reward_function("score", "1", depends=(extract_answer, exact_match, token_f1, normalize_answer))
 def score_response(
     response: str,
     golden: Sequence[str],
@@ -105,3 +108,30 @@ def score_response(
     else:  # pragma: no cover - pydantic rejects other modes first
         raise ValueError(f"unknown reward mode {mode!r}")
     return Score(reward=reward, answer=answer, em=em, f1=f1, well_formed=formed)
+
+
+def reward_components(config: Mapping[str, Any]) -> list[RewardIdentity]:
+    """Search-R1's reward components: the answer score (its ``reward`` mode is in the
+    env config), the env's final step, which picks the text the score reads, and the
+    judge when one is set."""
+    from agentenvs.envs.search_r1.env import SearchR1Env
+
+    components = [
+        identity_of(score_response),
+        identify(SearchR1Env._finish, "final_step", "1", depends=(SearchR1Env.scored_text,)),
+    ]
+    if config.get("judge"):
+        from agentenvs.envs.rewards.judge import judge_identity
+        from agentenvs.envs.rewards.judge_settings import JudgeSettings
+
+        components.append(judge_identity(JudgeSettings.model_validate(config["judge"])))
+    return components
+
+
+def judge_input(env: Any) -> Any:
+    """What a judge reads of a finished Search-R1 episode: the question, the model's own
+    actions (never the retrieved passages), and the golden answers as the reference."""
+    from agentenvs.envs.rewards.judge import JudgeInput
+
+    reference = " | ".join(env.task.golden_answers)
+    return JudgeInput(env.task.question, "".join(env.actions), reference)

@@ -22,7 +22,8 @@ from typing import Annotated
 
 import typer
 
-from agentenvs.rollout.cli import check, demo, listing, preset, rollout, view
+from agentenvs.rollout.cli import check, compare, demo, listing, preset, rollout, serve, view
+from agentenvs.rollout.cli import eval as eval_cli
 from agentenvs.rollout.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED_GROUPS,
@@ -72,10 +73,13 @@ def _options(
 
 app.command("list")(listing.list_command)
 app.command("rollout", epilog=preset.presets_epilog())(rollout.rollout_command)
+app.command("eval", epilog=preset.presets_epilog())(eval_cli.eval_command)
 app.command("view")(view.view_command)
 app.command("check")(check.check_command)
 app.command("check-template")(check.check_template_command)
+app.command("compare")(compare.compare_command)
 app.command("demo")(demo.demo_command)
+app.command("serve")(serve.serve_command)
 app.add_typer(preset.app, name="preset")
 
 __all__ = [
@@ -101,6 +105,7 @@ __all__ = [
 SUBAPPS = {
     "sandbox": "agentenvs.sandbox.cli",
     "retriever": "agentenvs.envs.search_r1.cli",
+    "mcp": "agentenvs.envs.mcp.cli",
 }
 
 

@@ -89,6 +89,24 @@ def check_command(
             "disagreed with the trainer's weights of the version they claim.",
         ),
     ] = None,
+    against: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="STORE",
+            help="Another trajectory store: fail where its reward code (function, version, "
+            "code hash, judge settings) differs from this one's.",
+        ),
+    ] = None,
+    max_tool_parse_failures: Annotated[
+        float,
+        typer.Option(
+            metavar="SHARE",
+            help="Fail a tool environment whose share of tool-call attempts that failed to "
+            "parse is above this (0.05 is 5%).",
+            min=0.0,
+            max=1.0,
+        ),
+    ] = 0.02,
     card: Annotated[
         str | None,
         typer.Option(
@@ -130,9 +148,12 @@ def check_command(
                     drift=read_drift(drift) if drift is not None else None,
                     every_line=contents.records,  # a group stored twice is caught
                     rescorer=rescorer,
+                    max_tool_parse_failures=max_tool_parse_failures,
                 )
                 if contents.problems:
                     report.stats["skipped_lines"] = len(contents.problems)
+                if against is not None:
+                    report.findings += _against(contents.latest(), against)
                 if card is not None:
                     from agentenvs.rollout.presets.card import card_findings
 
@@ -140,6 +161,8 @@ def check_command(
             else:
                 if card is not None:
                     raise CLIError("--card compares a trajectory store, not a samples file")
+                if against is not None:
+                    raise CLIError("--against compares trajectory stores, not a samples file")
                 report = check_file(
                     file,
                     tokenizer=load_tokenizer_or_fail(tokenizer) if tokenizer else None,
@@ -166,6 +189,15 @@ def check_command(
         out.print(verdict_table(report))
     if not report.ok:
         raise typer.Exit(EXIT_FAILED_GROUPS)
+
+
+def _against(records: Any, other: Path) -> list[Any]:
+    """The reward-identity comparison with another store (``--against``)."""
+    from agentenvs.rollout.inspect.reward_checks import compare_reward_identities
+
+    if not other.is_file():
+        raise CLIError(f"cannot read {other}: no such file")
+    return compare_reward_identities(records, read_store_warning(other).latest(), str(other))
 
 
 def findings_table(report: Any, title: str) -> Table:

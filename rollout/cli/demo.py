@@ -45,6 +45,21 @@ def demo_order(names: list[str]) -> list[str]:
     return first + sorted(n for n in names if n not in first)
 
 
+def needs_external_server(env_name: str) -> bool:
+    """Whether the env declares that its episodes need a server started apart from the
+    demo (``needs_external_server`` on its config class: openenv, mcp_tools)."""
+    from agentenvs.envs.registry import config_class
+
+    return config_class(env_name).needs_external_server
+
+
+def default_demo_envs(rows: dict[str, Any]) -> list[str]:
+    """What ``agentenvs demo`` runs without ``--env``: every registered env but those
+    that declare they need an external server (an unloadable one is still listed, so
+    the table says why it did not run)."""
+    return [n for n, row in rows.items() if not (row.available and needs_external_server(n))]
+
+
 def demo_overrides(env_name: str) -> dict[str, Any]:
     """Settings an environment asks for in demos (``EnvConfig.demo_overrides``)."""
     from agentenvs.envs.registry import config_class
@@ -129,8 +144,16 @@ def run_demo(
             raise CLIError(
                 f"unknown environment(s) {', '.join(unknown)}; registered: {', '.join(sorted(rows))}"
             )
-    names = demo_order(list(only or rows))
+    names = demo_order(list(only or default_demo_envs(rows)))
     console.print(f"agentenvs demo: scripted rollouts of {', '.join(names)} into {out_dir}/")
+    left_out = sorted(set(rows) - set(names)) if not only else []
+    if left_out:
+        console.print(
+            Text(
+                f"not run: {', '.join(left_out)} (they play against a server you start; "
+                "`agentenvs demo --env NAME` runs one once it is up)"
+            )
+        )
     tokenizer = load_tokenizer_or_fail("builtin")
 
     outcomes: list[DemoOutcome] = []

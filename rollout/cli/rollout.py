@@ -4,6 +4,7 @@ flags; the run itself is :func:`agentenvs.rollout.cli.rollout_run.run_rollout`).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -131,6 +132,21 @@ def rollout_command(
             "--debug", help="Print tracebacks: of the first failed group, and of any error."
         ),
     ] = False,
+    env_server: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--env-server",
+            metavar="URL",
+            help="Run the env on `agentenvs serve` servers (repeat or comma-separate to "
+            "balance groups over several; docs/env-servers.md).",
+        ),
+    ] = None,
+    env_server_token: Annotated[
+        str | None,
+        typer.Option(
+            metavar="TOKEN", help="Bearer token of the env servers ($AGENTENVS_ENV_SERVER_TOKEN)."
+        ),
+    ] = None,
 ) -> None:
     """Run GROUPS groups of GROUP_SIZE episodes of ENV with a policy; store them as JSONL."""
     out_path = out_file or Path("out") / f"{env}.jsonl"
@@ -163,6 +179,8 @@ def rollout_command(
             executor=executor,
             ray_address=ray_address,
             tree=tree,
+            env_servers=env_server,
+            env_server_token=env_server_token or os.environ.get("AGENTENVS_ENV_SERVER_TOKEN"),
         )
     if json_summary:
         sys.stdout.write(json.dumps(run.summary, sort_keys=True) + "\n")

@@ -22,7 +22,7 @@ from agentenvs.rollout.cli.common import (
 )
 from agentenvs.rollout.cli.policy_warnings import collapsed_policy_warnings
 from agentenvs.rollout.cli.run_provenance import run_provenance
-from agentenvs.rollout.cli.summary import throughput
+from agentenvs.rollout.cli.summary import throughput, tool_calls_summary
 
 if TYPE_CHECKING:
     from agentenvs.envs.config import EnvConfig
@@ -67,9 +67,13 @@ def run_rollout(
     tree: trees.BranchSchedule | None = None,
     executor: str = "in-process",
     ray_address: str | None = None,
+    env_servers: list[str] | None = None,
+    env_server_token: str | None = None,
+    extra_provenance: dict[str, Any] | None = None,
 ) -> RolloutRun:
     """What ``agentenvs rollout`` does, callable from Python (the demo uses it); with
-    ``tree``, as tree rollouts."""
+    ``tree``, as tree rollouts. ``extra_provenance`` adds sections to every record's
+    provenance (``agentenvs eval`` records its panel, budget and weights hash there)."""
     from agentenvs.envs.registry import make
     from agentenvs.rollout.collect.collector import AllGroupsSkipped, collect, summarize
     from agentenvs.rollout.collect.options import OptionError, check_at_least, check_collect_options
@@ -100,7 +104,16 @@ def run_rollout(
         options["tokenizer"] = tokenizer  # the policy must tokenize as the env renders
     policy = make_policy_or_fail(policy_name, options)
     try:
-        dataset = config.dataset(tokenizer, group_size=group_size, n_groups=groups, split=split)
+        if env_servers:  # the envs run on env servers (rollout/cli/remote_envs.py)
+            from agentenvs.rollout.cli.remote_envs import remote_dataset
+
+            dataset = remote_dataset(
+                env_servers, env_name, overrides=dict(config_overrides or {}),
+                local_config=config.model_dump(mode="json"), tokenizer=tokenizer,
+                group_size=group_size, n_groups=groups, split=split, token=env_server_token,
+            )  # fmt: skip
+        else:
+            dataset = config.dataset(tokenizer, group_size=group_size, n_groups=groups, split=split)
     except ValueError as error:
         raise CLIError(one_line(str(error))) from None
     builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
@@ -117,6 +130,7 @@ def run_rollout(
         policy_name=policy_name,
         policy_options=options,
     )
+    provenance.update(extra_provenance or {})
     out_path = Path(out_path)
     from agentenvs.rollout.collect.executors.choice import make_executor
 
@@ -165,5 +179,6 @@ def run_rollout(
         "skipped": result.skipped,
         "out": str(out_path),
         **throughput(result.records, elapsed),
+        **tool_calls_summary(result.records),
     }
     return RolloutRun(env_name, config, result, summary, out_path)

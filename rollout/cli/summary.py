@@ -29,6 +29,15 @@ def throughput(records: list, elapsed: float) -> dict[str, float]:
     }
 
 
+def tool_calls_summary(records: list) -> dict[str, Any]:
+    """``tool_calls``: per tool environment, calls per episode, successes and failures by
+    status (``inspect/tool_checks.py``); nothing for a run without tool environments."""
+    from agentenvs.rollout.inspect.tool_checks import tool_summary
+
+    summary = tool_summary(records)
+    return {"tool_calls": summary} if summary else {}
+
+
 _SUMMARY_ROWS: tuple[tuple[str, str, str], ...] = (
     ("groups", "groups", "{}"),
     ("ok", "ok", "{}"),
@@ -71,6 +80,10 @@ def summary_table(summary: dict[str, Any], title: str = "rollout summary") -> Ta
                 )
     stops = summary.get("stop_reasons") or {}
     table.add_row("stop reasons", ", ".join(f"{k}: {v}" for k, v in stops.items()) or "-")
+    if summary.get("tool_calls"):
+        from agentenvs.rollout.inspect.tool_checks import describe_summary
+
+        table.add_row("tool calls", describe_summary(summary["tool_calls"]))
     if "out" in summary:
         table.add_row("written to", str(summary["out"]))
     return table

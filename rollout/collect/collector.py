@@ -131,7 +131,7 @@ async def collect(
                 )
             stamps.finish(record, planned, runner.described_policy(record, policy))
             if store is not None:
-                store.append(record)
+                await store.commit(record)  # returns once on disk; the loop runs meanwhile
             result.records.append(record)
             bar.advance(record)
 

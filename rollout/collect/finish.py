@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentenvs.envs.rewards.identity import with_reward_provenance
 from agentenvs.rollout.collect.plan import PlannedGroup
 from agentenvs.rollout.collect.provenance import record_provenance
 from agentenvs.rollout.collect.records import GroupRecord
@@ -48,6 +49,8 @@ class RecordStamps:
         record.env = description.env_name
         record.env_config = dict(description.config)
         record.provenance = record_provenance(described_policy, record.group, self.provenance)
+        # Which reward code scored the group (envs/rewards/identity.py): checked across runs.
+        record.provenance = with_reward_provenance(record.provenance, record.env, record.env_config)
         record.run = dict(self.run)
         attach_tree(record.extra, record.group)
         if record.group is not None:

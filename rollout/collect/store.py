@@ -6,7 +6,9 @@ killed run keeps every group it finished and two writers never interleave lines.
 A process killed in the middle of a write (or a full disk) can leave a torn
 line; the next append starts on a fresh line so the fragment cannot swallow a
 good record, which leaves the fragment as a line of its own, possibly in the
-middle of the file after a resume.
+middle of the file after a resume. :meth:`TrajectoryStore.commit` keeps the same
+promise for a collector on an event loop, with many groups per ``fsync`` done by
+a writer thread (group commit, :mod:`~agentenvs.rollout.collect.store_commit`).
 
 Every reader (the collector's resume, replay, ``view``, ``check``, the Python
 API) goes through :func:`read_store`, so they all agree on what a file holds: a
@@ -29,6 +31,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +40,7 @@ from typing import BinaryIO, Protocol, TypeVar
 from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.run_identity import ResumeFacts, RunIdentity
+from agentenvs.rollout.collect.store_commit import GroupCommitter
 
 logger = logging.getLogger(__name__)
 
@@ -352,6 +356,9 @@ class TrajectoryStore:
         self.problems: list[StoreProblem] = []
         """Lines skipped by the last read (a torn line from a killed run, say)."""
         self._index = ResumeIndex(self.path)
+        self._index_lock = threading.Lock()
+        """The writer thread of :meth:`commit` extends the index while the loop reads it."""
+        self._committer = GroupCommitter(self.path, self._note_batch)
 
     # ---- writing ---------------------------------------------------------------------
     def append(self, record: GroupRecord) -> None:
@@ -373,11 +380,28 @@ class TrajectoryStore:
                 line = b"\n" + line  # close the torn fragment so our record stays whole
             _write_all(fd, line)
             os.fsync(fd)
-            self._index.note_append(fd, size_before, line, record)
+            with self._index_lock:
+                self._index.note_append(fd, size_before, line, record)
         except OSError as err:
             raise _naming(err, self.path, "cannot write to the trajectory store") from None
         finally:
             os.close(fd)  # closing releases the lock
+
+    async def commit(self, record: GroupRecord) -> None:
+        """:meth:`append` without blocking the event loop, many groups per ``fsync``
+        (:mod:`~agentenvs.rollout.collect.store_commit`). Returns once the record's
+        line is on disk, never before: the same promise, kept per record."""
+        line = (json.dumps(record.to_json(), separators=(",", ":")) + "\n").encode()
+        try:
+            await self._committer.commit(line, record)
+        except OSError as err:
+            raise _naming(err, self.path, "cannot write to the trajectory store") from None
+
+    def _note_batch(self, fd: int, size_before: int, written: list) -> None:
+        with self._index_lock:
+            for line, record in written:
+                self._index.note_append(fd, size_before, line, record)
+                size_before += len(line)
 
     # ---- reading ---------------------------------------------------------------------
     def contents(self) -> StoreContents:
@@ -394,9 +418,10 @@ class TrajectoryStore:
         """Each record's key, outcome and run, in file order, from the resume index:
         only lines appended since the last call are parsed. Torn lines are skipped
         (one warning each) and listed in :attr:`problems`, as a full read would."""
-        self._index.refresh()
-        self.problems = self._index.problems
-        return self._index.facts
+        with self._index_lock:
+            self._index.refresh()
+            self.problems = self._index.problems
+            return self._index.facts
 
     def keys(self) -> set[str]:
         """Keys whose latest outcome is ``ok``."""

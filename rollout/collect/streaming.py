@@ -20,6 +20,10 @@ a resume collects it again) and a failed group when it fails. A rerun with the
 same store resumes as the collector does (``run_identity.keys_to_skip``): it skips
 this run's ok groups and refuses a store whose latest run is a different one
 (``new_run=True`` appends a new run instead).
+
+The store is written with :meth:`~.store.TrajectoryStore.commit`: the ``fsync`` runs
+off the event loop (the running groups go on meanwhile), and a group is handed over
+only once it is on disk.
 """
 
 from __future__ import annotations
@@ -194,7 +198,7 @@ class StreamingCollection:
                     self.stats.failed += 1
                     self.failed.append(record)
                     if self.store is not None:
-                        self.store.append(record)
+                        await self.store.commit(record)  # on disk; workers run meanwhile
                     pending -= 1
                     continue
                 if self._too_stale(record):
@@ -204,7 +208,7 @@ class StreamingCollection:
                 if behind is not None:
                     self.stats.staleness[behind] += 1
                 if self.store is not None:
-                    self.store.append(record)
+                    await self.store.commit(record)  # stored before it is handed over
                 self.stats.handed += 1
                 pending -= 1
                 yield record  # the consumer may train and sync here before the next one

@@ -27,6 +27,7 @@ from agentenvs.rollout.inspect.record_checks import (
     check_samples_collected,
 )
 from agentenvs.rollout.inspect.rescore import Rescorer, check_rescore, recorded_temperature
+from agentenvs.rollout.inspect.reward_checks import check_rewards
 from agentenvs.rollout.inspect.sample_checks import (
     LOGPROB_ROUNDING,
     check_estimator,
@@ -46,6 +47,7 @@ from agentenvs.rollout.inspect.token_checks import (
     check_text_round_trip,
     check_token_ids,
 )
+from agentenvs.rollout.inspect.tool_checks import DEFAULT_MAX_PARSE_FAILURES, check_tools
 from agentenvs.rollout.inspect.tree_checks import check_trees
 from agentenvs.rollout.weights.drift import DriftReport, alarmed_keys
 
@@ -319,6 +321,7 @@ def check_records(
     drift: Sequence[DriftReport] | None = None,
     every_line: Sequence[GroupRecord] | None = None,
     rescorer: Rescorer | None = None,
+    max_tool_parse_failures: float = DEFAULT_MAX_PARSE_FAILURES,
 ) -> CheckReport:
     """Every check on a store's records (each group's latest outcome). ``text_trainer``
     makes a text round-trip difference a failure (for trainers that re-tokenize decoded
@@ -340,6 +343,7 @@ def check_records(
         )
     report.findings += check_fixed_input(ok)
     report.findings += check_record_facts(ok)
+    report.findings += check_rewards(ok)  # reward code identity, judge verdicts
 
     report.findings.append(check_logprob_lengths(ok))
     samples: list[TrainingSample] = []
@@ -388,6 +392,8 @@ def check_records(
     if drift is not None:
         report.findings += check_drift(ok, drift)
     report.findings += check_trees(ok)  # tree rollouts only (inspect/tree_checks.py)
+    # tool environments only; ``max_tool_parse_failures`` is the share allowed to fail
+    report.findings += check_tools(ok, tokenizer, max_parse_failures=max_tool_parse_failures)
 
     report.findings += check_split_points(ok, tokenizer)
     if tokenizer is None:
@@ -505,6 +511,7 @@ def check_file(
     text_trainer: bool = False,
     reference: str | Path | None = None,
     rescorer: Rescorer | None = None,
+    max_tool_parse_failures: float = DEFAULT_MAX_PARSE_FAILURES,
 ) -> CheckReport:
     """Check a trajectory store or a JSONL samples hand-off; the kind is detected.
 
@@ -525,6 +532,7 @@ def check_file(
             text_trainer=text_trainer,
             every_line=contents.records,
             rescorer=rescorer,
+            max_tool_parse_failures=max_tool_parse_failures,
         )
     from agentenvs.rollout.trainers.jsonl.handoff import sample_from_json
 

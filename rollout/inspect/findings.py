@@ -27,6 +27,12 @@ class Check(StrEnum):
     """Which weights sampled each group, and whether they are fresh enough."""
     RE_RENDERING = "re_rendering"
     """Samples break only where the context stopped extending; text round-trips."""
+    REWARDS = "rewards"
+    """Each reward names the code that computed it, unchanged across the store; every
+    judged reward has a parsed verdict (``inspect/reward_checks.py``)."""
+    TOOL_CALLS = "tool_calls"
+    """Tool environments' calls parse and run, in the declared format, and no tool result
+    sits in sampled tokens (``inspect/tool_checks.py``)."""
 
 
 Status = Literal["pass", "fail", "warn", "info", "skip"]

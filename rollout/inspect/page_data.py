@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.inspect.tool_checks import describe_counts, episode_tool_counts
 from agentenvs.rollout.inspect.tree_page import tree_data
 from agentenvs.rollout.inspect.viewer import (
     GroupView,
@@ -164,10 +165,18 @@ def group_data(tokenizer: Any, record: GroupRecord, index: int, shared: _Shared)
         "config": shared.ref(record.env_config),
         "extra": shared.ref(extra),
         "trajs": [
-            trajectory_data(t, a) for t, a in zip(view.trajectories, advantages, strict=True)
+            {**trajectory_data(t, a), "tools": _tools(record, t.index)}
+            for t, a in zip(view.trajectories, advantages, strict=True)
         ],
         "tree": tree_data(record),
     }
+
+
+def _tools(record: GroupRecord, index: int) -> str:
+    """The episode's tool calls in one line ("" without tools): see ``tool_checks``."""
+    if record.group is None:
+        return ""
+    return describe_counts(episode_tool_counts(record.group.trajectories[index]))
 
 
 def page_data(

@@ -52,6 +52,12 @@ def _observation_problem(kept: int, new: Sequence[int], want: Sequence[Any]) -> 
     return None
 
 
+NO_LOGPROBS_CLAIMED = (
+    "has_logprobs is true but the policy gave no logprobs: its 0.0s would be read as the "
+    "sampler's (probability 1)"
+)
+
+
 def _action_problem(
     tokens: Sequence[int], logprobs: Sequence[float] | None, want: Sequence[Any]
 ) -> str | None:
@@ -291,7 +297,14 @@ def _sample_problem(s: TrainingSample) -> tuple[int | None, str, tuple[int, int]
             )
         pos += want[ADDED]
         end = pos + want[ACTION_LENGTH]
-        if problem := _action_problem(s.tokens[pos:end], s.logprobs[pos:end], want):
+        logprobs: Sequence[float] | None = s.logprobs[pos:end]
+        if not any(logprobs) and digest_action(s.tokens[pos:end], None) == want[ACTION_DIGEST]:
+            # The policy gave no logprobs (collected as None); 0.0 stands in in the sample,
+            # which must then say so, or a trainer reads the zeros as the sampler's.
+            if s.has_logprobs and end > pos:  # an empty action does not clear the flag
+                return pos, f"turn {turn}: {NO_LOGPROBS_CLAIMED}", (pos, end - 1)
+            logprobs = None
+        if problem := _action_problem(s.tokens[pos:end], logprobs, want):
             return pos, f"turn {turn}: {problem}", (pos, end - 1)
         if s.loss_mask[pos:end] != [int(want[TRAINED])] * (end - pos):
             at = pos + next(

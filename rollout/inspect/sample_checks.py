@@ -181,6 +181,12 @@ def _against(s: TrainingSample, want: TrainingSample) -> tuple[int | None, str] 
     for pos, (got, lp) in enumerate(zip(s.logprobs, want.logprobs, strict=True)):
         if not _close(got, lp):
             return pos, f"logprob {got:.6g} but the sampler's was {lp:.6g}"
+    if s.has_logprobs and not want.has_logprobs:
+        pos = s.loss_mask.index(1) if 1 in s.loss_mask else None
+        return pos, (
+            "has_logprobs is true but the store's policy gave no logprobs: its 0.0s would be "
+            "read as the sampler's (probability 1)"
+        )
     if not _close(s.reward, want.reward):
         return None, f"reward {s.reward:.6g} but the store's trajectory earned {want.reward:.6g}"
     if not math.isnan(want.advantage) and not _close(s.advantage, want.advantage):

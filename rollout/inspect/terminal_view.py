@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.inspect.tool_checks import describe_counts, episode_tool_counts
 from agentenvs.rollout.inspect.viewer import (
     GroupView,
     SpanKind,
@@ -116,6 +117,8 @@ def render_terminal(
     head.add_row(
         "stop reasons", Text(", ".join(f"{k}: {v}" for k, v in summary["stop_reasons"].items()))
     )
+    if summary.get("tool_calls"):
+        head.add_row("tool calls", Text(summary["tool_calls"]))
     if len(selected) < len(records):
         head.add_row("showing", f"{len(selected)} of {len(records)} groups")
     console.print(Panel(head, title="trajectories", expand=False), soft_wrap=False)
@@ -146,7 +149,9 @@ def render_terminal(
                 if isinstance(advantages, list) and traj.index < len(advantages)
                 else None
             )
-            _print_trajectory(console, traj, advantage, marks)
+            assert record.group is not None
+            tools = describe_counts(episode_tool_counts(record.group.trajectories[traj.index]))
+            _print_trajectory(console, traj, advantage, marks, tools)
         if view.group_metrics and any(view.group_metrics):
             console.print(Text(f"group metrics: {view.group_metrics}"))
 
@@ -163,7 +168,11 @@ def _print_failure(console: Any, view: GroupView) -> None:
 
 
 def _print_trajectory(
-    console: Any, traj: TrajectoryView, advantage: float | None, marks: Marks | None = None
+    console: Any,
+    traj: TrajectoryView,
+    advantage: float | None,
+    marks: Marks | None = None,
+    tools: str = "",
 ) -> None:
     from rich.table import Table
     from rich.text import Text
@@ -191,6 +200,7 @@ def _print_trajectory(
         + f"  stop {traj.stop_reason}  sampled {traj.sampled_tokens} / masked "
         f"{traj.masked_tokens} tokens"
         + (f"  {traj.samples} training samples" if traj.samples > 1 else "")
+        + (f"  {tools}" if tools else "")
     )
     console.print(heading)
     console.print(text)

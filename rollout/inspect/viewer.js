@@ -49,6 +49,7 @@
       ["mean reward", fmt(s.mean_reward)],
       ["advantages", (s.estimators || []).join("; ") || "none stored"],
       ["stop reasons", Object.keys(s.stop_reasons || {}).map(function (k) { return k + ": " + s.stop_reasons[k]; }).join(", ") || "-"],
+      s.tool_calls ? ["tool calls", s.tool_calls] : null,
       DATA.tokenizer ? ["decoded with", DATA.tokenizer] : null
     ];
     parts.forEach(function (p) {
@@ -221,7 +222,7 @@
       box.appendChild(table);
     }
     g.trajs.forEach(function (t, i) {
-      var summary = "trajectory " + i + " · reward " + fmt(t.reward) + " · advantage " + fmt(t.adv) + " · " + (t.stop || "no stop reason") + " · " + t.turns.length + " turn(s)";
+      var summary = "trajectory " + i + " · reward " + fmt(t.reward) + " · advantage " + fmt(t.adv) + " · " + (t.stop || "no stop reason") + " · " + t.turns.length + " turn(s)" + (t.tools ? " · " + t.tools : "");
       if (leaves && leaves[i].parent !== null && leaves[i].parent !== undefined) {
         summary += " · forked from trajectory " + leaves[i].parent + " at turn " + viewerTurn(leaves[i].branch_turn);
       }

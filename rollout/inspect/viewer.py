@@ -258,7 +258,17 @@ def overview(records: list[GroupRecord]) -> dict[str, Any]:
         "stop_reasons": dict(sorted(stops.items())),
         "envs": envs,
         "estimators": estimators(records),
+        **_tool_calls(records),
     }
+
+
+def _tool_calls(records: list[GroupRecord]) -> dict[str, str]:
+    """``tool_calls``: per tool environment, calls per episode and failures by status
+    (absent for a file without tool environments)."""
+    from agentenvs.rollout.inspect.tool_checks import describe_summary, tool_summary
+
+    summary = tool_summary(records)
+    return {"tool_calls": describe_summary(summary)} if summary else {}
 
 
 def estimators(records: list[GroupRecord]) -> list[str]:

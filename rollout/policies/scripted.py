@@ -3,6 +3,11 @@
 It drives the demo and the tests without a model. The env decides the action
 text; :meth:`RenderedEnv.scripted_action` tokenizes it and ends the turn the way a
 sampler would (on a stop sequence, or with the end-of-turn token).
+
+It has no logprobs, so it returns ``logprobs=None``: zeros would read as "every
+token had probability 1" in ``view``/``summary``, and a trainer computing an
+importance ratio against them would train on a made-up sampler. With ``None`` the
+training samples say ``has_logprobs=False`` and the views show ``-``.
 """
 
 from __future__ import annotations
@@ -51,4 +56,4 @@ class ScriptedEnvPolicy:
         if max_tokens is not None and len(tokens) > max_tokens:
             # Behave like a sampler that hit its cap.
             tokens, stop_reason = tokens[:max_tokens], "length"
-        return TokensWithLogprobs(tokens, [0.0] * len(tokens), stop_reason)
+        return TokensWithLogprobs(tokens, None, stop_reason)

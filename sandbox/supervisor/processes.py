@@ -141,6 +141,9 @@ class Sweeper:
                 if p != self.me and p not in keep_set
             ]
             if not victims:
+                # A victim that exited after the reap above is a zombie now, which the
+                # listing skips: reap it too, or the next run sees it in the table.
+                self.reap()
                 return True
             for pid in victims:
                 with contextlib.suppress(OSError):

@@ -105,3 +105,20 @@ def test_warm_start_lowers_the_oracle_loss(example, tokenizer):
     config = make("guess_number", **MULTI_TURN)
     losses = example.warm_start(model, tokenizer, config, steps=4, episodes=4)
     assert len(losses) == 4 and losses[-1] < losses[0]
+
+
+def test_grpo_loss_refuses_rows_without_sampler_logprobs(example, tokenizer):
+    """A batch from the scripted policy (no logprobs, 0.0 stands in) would give each
+    token the ratio p_new / 1: the loss refuses it and names the rows."""
+    from agentenvs.rollout.policies.scripted import ScriptedPolicy
+
+    config = make("guess_number", **MULTI_TURN)
+    builders = [config.group_builder(0, 2, tokenizer)]
+    result = asyncio.run(collect(builders, ScriptedPolicy("oracle"), progress=False))
+    groups = [r.group for r in result.ok]
+    samples = trajectories_to_samples(groups, [[1.0, 1.0]])
+    batch = to_verl_batch(samples, tokenizer.pad_token_id)
+    assert not batch["has_logprobs"].any()
+    logits = torch.zeros(*batch["input_ids"].shape, len(tokenizer))
+    with pytest.raises(ValueError, match=r"rows \[0, 1\] have no sampler logprobs"):
+        example.grpo_loss(logits, batch)

@@ -3,8 +3,10 @@
 Three small runs per vocabulary are collected on the real Qwen2.5, Qwen3 and
 DeepSeek-V3 tokenizers (``support/vocab``): guess-number under the chat renderer
 and under the continuation renderer (mixed rewards: every other episode opens with
-a malformed turn; made-up negative logprobs so shifts are visible), and ALFWorld in
-window mode (trajectories cut into several training samples). From each run a JSONL
+a malformed turn; made-up negative logprobs so shifts are visible), the same
+chat run with no logprobs at all (the scripted policy has none: the store holds
+None, the hand-off 0.0 with ``has_logprobs`` false), and ALFWorld in window mode
+(trajectories cut into several training samples). From each run a JSONL
 hand-off is written the way a trainer would (``samples_from_records`` then
 ``write_samples_jsonl``).
 
@@ -37,16 +39,18 @@ Lines = list[dict[str, Any]]
 
 
 class MixedPolicy:
-    """The scripted oracle with made-up negative logprobs; every other episode opens with
-    the env's malformed variant (a penalty), so rewards differ within a group."""
+    """The scripted oracle with made-up negative logprobs (none with ``logprobs=False``,
+    as the scripted policy itself); every other episode opens with the env's malformed
+    variant (a penalty), so rewards differ within a group."""
 
     per_env = True
 
-    def __init__(self, seed: int = 0, mixed: bool = True) -> None:
+    def __init__(self, seed: int = 0, mixed: bool = True, logprobs: bool = True) -> None:
         self.oracle = make_policy("scripted")
         self.malformed = make_policy("scripted", variant="malformed")
         self.rng = random.Random(seed)
         self.mixed = mixed
+        self.logprobs = logprobs
         self.made = 0
 
     def __call__(self, env: Any) -> Any:
@@ -59,24 +63,29 @@ class MixedPolicy:
             inner = first if turns[0] == 0 else oracle
             turns[0] += 1
             out = await inner(observation, stop, max_tokens=max_tokens)
+            if not self.logprobs:
+                assert out.logprobs is None  # the scripted policy claims none
+                return out
             logprobs = [-self.rng.uniform(0.01, 3.0) for _ in out.tokens]
             return TokensWithLogprobs(out.tokens, logprobs, out.stop_reason)
 
         return policy
 
 
-RUNS: dict[str, tuple[str, dict[str, Any], bool]] = {
-    "chat": ("guess_number", {"tasks": 3}, True),
-    "continuation": ("guess_number", {"tasks": 3, "renderer": "continuation"}, True),
-    "window": ("alfworld", {"history": "window", "limits": {"max_turns": 6}}, False),
+RUNS: dict[str, tuple[str, dict[str, Any], bool, bool]] = {
+    "chat": ("guess_number", {"tasks": 3}, True, True),
+    "continuation": ("guess_number", {"tasks": 3, "renderer": "continuation"}, True, True),
+    "window": ("alfworld", {"history": "window", "limits": {"max_turns": 6}}, False, True),
+    "nologprobs": ("guess_number", {"tasks": 3}, True, False),
 }
-"""run name -> (environment, overrides, mixed rewards)."""
+"""run name -> (environment, overrides, mixed rewards, logprobs)."""
 
 
 def collect_run(tokenizer: Any, run: str, path: Path, group_size: int = 3) -> Path:
-    env, overrides, mixed = RUNS[run]
+    env, overrides, mixed, logprobs = RUNS[run]
     return collect_store(
-        tokenizer, env, path, overrides=overrides, policy=MixedPolicy(mixed=mixed),
+        tokenizer, env, path, overrides=overrides,
+        policy=MixedPolicy(mixed=mixed, logprobs=logprobs),
         groups=3, group_size=group_size,
     )  # fmt: skip
 
@@ -293,6 +302,14 @@ def store_ob_prefix_off_by_one(lines: Lines, tok: Any) -> str:
     raise AssertionError("no delta-encoded observation")
 
 
+def store_logprobs_invented(lines: Lines, tok: Any) -> str:
+    """Logprobs written onto an action of a run that had none (a converter filling a gap)."""
+    tr = lines[1]["trajectories"][1]["transitions"][0]
+    assert tr["logprobs"] is None
+    tr["logprobs"] = [0.0] * len(tr["ac"])
+    return f"group {lines[1]['key']} traj 1"
+
+
 # ------------------------------------------------------------------- hand-off corruptions
 
 
@@ -318,6 +335,15 @@ def handoff_logprob_shift_whole(lines: Lines, tok: Any) -> str:
     line = lines[0]
     line["logprobs"] = [*line["logprobs"][1:], 0.0]
     return _where(line)
+
+
+def handoff_logprobs_claimed(lines: Lines, tok: Any) -> str:
+    """``has_logprobs`` set on a sample whose policy gave none: a trainer would read its
+    stand-in 0.0s as the sampler's logprobs (probability 1)."""
+    line = lines[1]
+    assert line["has_logprobs"] is False
+    line["has_logprobs"] = True
+    return _where(line, _span(line)[0])
 
 
 def handoff_duplicate_line(lines: Lines, tok: Any) -> str:
@@ -414,6 +440,7 @@ class Corruption:
 
 CHAT = ("chat", "continuation")
 ALL = ("chat", "continuation", "window")
+NO_LOGPROBS = ("nologprobs",)
 BOTH = ("handoff", "handoff+store")
 
 
@@ -445,6 +472,9 @@ CORRUPTIONS: tuple[Corruption, ...] = (
     _store("dropped_trajectory", store_dropped_trajectory),
     _store("unrecorded_break", store_unrecorded_break, CHAT),
     _store("ob_prefix_off_by_one", store_ob_prefix_off_by_one, CHAT, unreadable=True),
+    _store("logprobs_invented", store_logprobs_invented, NO_LOGPROBS),
+    _store("nologprobs_dropped_observation_token", store_dropped_observation_token, NO_LOGPROBS),
+    _store("nologprobs_swapped_rewards", store_swapped_rewards, NO_LOGPROBS),
     _handoff("logprob_nan", _handoff_logprob(float("nan")), CHAT),
     _handoff("logprob_positive", _handoff_logprob(0.7), CHAT),
     _handoff("logprob_shift_in_span", handoff_logprob_shift_in_span),
@@ -458,4 +488,7 @@ CORRUPTIONS: tuple[Corruption, ...] = (
     _handoff("swapped_rewards", handoff_swapped_rewards, CHAT),
     _handoff("earlier_sample_advantage", handoff_earlier_sample_advantage, ("window",)),
     _handoff("mask_on_observation", handoff_mask_on_observation),
+    _handoff("logprobs_claimed", handoff_logprobs_claimed, NO_LOGPROBS),
+    _handoff("nologprobs_dropped_token", handoff_dropped_token, NO_LOGPROBS),
+    _handoff("nologprobs_mask_on_observation", handoff_mask_on_observation, NO_LOGPROBS),
 )

@@ -243,6 +243,31 @@ def _probe_user_mode_linux() -> str | None:
     for binary in ("linux.uml", "mkfs.ext2"):
         if shutil.which(binary) is None:
             return f"no {binary} on PATH"
+    return _probe_uml_runs_a_process()
+
+
+def _probe_uml_runs_a_process() -> str | None:
+    """The kernel boots and runs one user process (/bin/true as init) on this CPU.
+
+    Debian's UML 6.1 cannot set a process's FPU registers through ptrace on CPUs whose
+    XSAVE area outgrew it (AMX, as on recent Xeons): every user process dies at once
+    ("ptrace set fp regs failed") and the kernel panics before any test code runs.
+    """
+    command = [
+        "linux.uml", "mem=64M", "root=/dev/root", "rootfstype=hostfs", "rootflags=/", "ro",
+        "init=/bin/true", "con=null", "con0=fd:0,fd:1",
+    ]  # fmt: skip
+    try:
+        run = subprocess.run(
+            command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        return None  # it did not fail fast: let the tests boot it and judge
+    if "ptrace set fp regs failed" in run.stdout + run.stderr:
+        return (
+            "the user-mode Linux kernel cannot run a user process on this CPU "
+            "(ptrace set fp regs failed: the CPU's XSAVE area, e.g. with AMX, outgrew it)"
+        )
     return None
 
 
@@ -301,9 +326,9 @@ CONDITIONS: dict[str, Condition] = {
         ),
         Condition(
             "user-mode-linux",
-            "no user-mode Linux kernel to boot a pure cgroup v2 hierarchy in (this kernel's "
-            "memory and pids controllers may be held by cgroup v1): apt-get install "
-            "user-mode-linux e2fsprogs (`make system-packages` does, as root)",
+            "no user-mode Linux kernel that runs here to boot a pure cgroup v2 hierarchy in "
+            "(this kernel's memory and pids controllers may be held by cgroup v1): apt-get "
+            "install user-mode-linux e2fsprogs (`make system-packages` does, as root)",
             _probe_user_mode_linux,
         ),
         Condition(

@@ -19,8 +19,16 @@ TRAINER_LOOPS = "runs a trainer's own data path (tinker cookbook, PyTRIO, TRL, t
 REAL_VOCABULARIES = "renders and checks runs under the real Qwen and DeepSeek vocabularies"
 PYTEST_IN_PYTEST = "runs whole pytest sessions in subprocesses"
 LOCAL_MODEL = "loads a local Hugging Face model and scores runs with it"
+ENV_SERVERS = "starts real env servers (uvicorn, `agentenvs serve`) and collects through them"
+MCP_SERVERS = "starts real MCP servers (stdio processes, streamable HTTP) and calls their tools"
 
 SLOW: dict[str, str] = {
+    "tests/envs/openenv/test_openenv_server.py": ENV_SERVERS,
+    "tests/envs/openenv/test_openenv_adapter.py": ENV_SERVERS,
+    "tests/envs/openenv/test_openenv_flagships.py": ENV_SERVERS,
+    "tests/envs/mcp/test_mcp_client.py": MCP_SERVERS,
+    "tests/envs/mcp/test_mcp_task.py": MCP_SERVERS,
+    "tests/envs/mcp/test_mcp_servers.py": MCP_SERVERS,
     "tests/envs/retool/test_fork_retool.py::test_sandboxfusion_fork_copies_the_kept_cells_and_branches_apart": SANDBOX,
     "tests/envs/retool/test_fork_retool.py::test_stateful_branches_each_read_their_own_variable": SANDBOX,
     "tests/envs/retool/test_fork_retool_process.py": SANDBOX,
@@ -78,6 +86,11 @@ SLOW: dict[str, str] = {
     "tests/envs/search_r1/test_search_r1_dense.py::test_index_records_its_settings": RETRIEVAL,
     "tests/envs/search_r1/test_search_r1_dense.py::test_vectors_are_unit_length": RETRIEVAL,
     "tests/envs/search_r1/test_search_r1_http.py": RETRIEVAL,
+    "tests/envs/remote/test_remote_env.py": ENV_SERVERS,
+    "tests/envs/remote/test_remote_kill.py": ENV_SERVERS,
+    "tests/envs/remote/test_remote_ray.py": ENV_SERVERS,
+    "tests/envs/serving/test_app.py::test_an_idle_group_is_closed_and_says_so": ENV_SERVERS,
+    "tests/envs/serving/test_run.py::test_openenv_clients_drive_the_mounted_app_behind_the_token": ENV_SERVERS,
     "tests/envs/search_r1/test_search_r1_lucene.py::test_config_construction_and_factory_build": RETRIEVAL,
     "tests/envs/search_r1/test_search_r1_lucene.py::test_failed_build_leaves_nothing_behind": RETRIEVAL,
     "tests/envs/search_r1/test_search_r1_lucene.py::test_overwrite_rebuilds_in_place": RETRIEVAL,
@@ -139,4 +152,9 @@ SLOW: dict[str, str] = {
     "tests/envs/test_registry_plugin.py::test_library_and_gymnasium_find_the_plugin": SUBPROCESS_CLI,
     "tests/rollout/inspect/test_check.py::test_mask_over_an_environment_token_is_caught": COLLECTION,
     "tests/envs/retool/test_retool_docker.py::test_rollout_cli_with_the_docker_backend": SANDBOX,
+    "tests/rollout/inspect/test_tool_checks.py::test_a_retool_run_whose_calls_never_parse_fails_check": SUBPROCESS_CLI,
+    "tests/rollout/inspect/test_tool_checks.py::test_a_healthy_retool_run_passes_check": SANDBOX,
+    "tests/envs/retool/test_retool_tool_calls.py": SANDBOX,
+    "tests/rollout/compare/test_compare_grpo_example.py": TRAINER_LOOPS,
+    "tests/rollout/cli/test_eval.py::test_a_preset_names_the_budget": ALFWORLD,
 }

@@ -39,7 +39,10 @@ actor placed within ``placement_timeout`` seconds is recorded failed with a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from agentenvs.envs.types import EnvGroupBuilder
@@ -58,13 +61,17 @@ from agentenvs.rollout.collect.executors.actor_pool import (
 )
 from agentenvs.rollout.collect.executors.base import GroupExecutor, GroupRunner
 from agentenvs.rollout.collect.executors.bridge import DriverPump
+from agentenvs.rollout.collect.executors.ray_address import describe_connection, keep_loopback
+from agentenvs.rollout.collect.executors.ray_address import resolve as resolve_address
 from agentenvs.rollout.collect.executors.remote_gate import ActorsGate
 from agentenvs.rollout.collect.executors.spec import PolicySpec
-from agentenvs.rollout.collect.executors.wire import unpack_group
+from agentenvs.rollout.collect.executors.wire import landed, unpack_group
 from agentenvs.rollout.collect.options import check_at_least, check_positive
 from agentenvs.rollout.collect.provenance import ReportedProvenance
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.policies.base import Policy, PolicyFactory, is_per_env
+
+logger = logging.getLogger(__name__)
 
 
 def _ray() -> Any:
@@ -78,9 +85,13 @@ def _ray() -> Any:
 class RayExecutor(GroupExecutor):
     """Run groups in Ray actors. Use as ``async with RayExecutor(...) as executor``.
 
-    ``address``: None connects to the Ray already initialized in this process,
-    else starts a local Ray for the executor's lifetime (stopped by
-    :meth:`close`); ``"auto"`` or ``"HOST:PORT"`` joins an existing cluster.
+    ``address``: None uses the Ray already initialized in this process, else
+    starts a local Ray of its own for the executor's lifetime (stopped by
+    :meth:`close`), never ``RAY_ADDRESS`` or the last ``ray start`` cluster;
+    ``"auto"`` or ``"HOST:PORT"`` joins an existing cluster, checked to answer
+    first (:mod:`.ray_address`: a bad address is one :class:`RayAddressError`
+    within seconds, a loopback one works as given). ``announce`` is called with
+    one line saying which Ray the executor uses (the CLI prints it to stderr).
     """
 
     name = "ray"
@@ -96,6 +107,7 @@ class RayExecutor(GroupExecutor):
         placement_timeout: float = 60.0,
         lost_retries: int = 2,
         init_options: dict[str, Any] | None = None,
+        announce: Callable[[str], None] | None = None,
     ) -> None:
         if num_actors is not None:
             check_at_least("num_actors", num_actors, 1)
@@ -109,6 +121,9 @@ class RayExecutor(GroupExecutor):
         self.placement_timeout = placement_timeout
         self.lost_retries = lost_retries
         self.init_options = dict(init_options or {})
+        self.announce = announce
+        self.joined: str | None = None
+        """The line saying which Ray this executor uses, once connected."""
         self.placements: dict[str, str] = {}
         """Group key -> id of the Ray node its (last) attempt ran on."""
         self._owns_ray = False
@@ -123,10 +138,27 @@ class RayExecutor(GroupExecutor):
         """Join (or start) Ray; idempotent."""
         ray = _ray()
         if ray.is_initialized():
+            if self.joined is None:
+                self._say(describe_connection("reused"))
             return
         options = {"include_dashboard": False, "log_to_driver": False, **self.init_options}
-        ray.init(address=self.address, **options)
+        if self.address is None:
+            with _without_env("RAY_ADDRESS"):  # a run of its own, whatever the shell says
+                ray.init(address="local", **options)
+            how = "started"
+        else:
+            target = resolve_address(self.address)
+            keep_loopback(target)
+            ray.init(address=target.address, **options)
+            how = "joined"
         self._owns_ray = True
+        self._say(describe_connection(how))
+
+    def _say(self, line: str) -> None:
+        self.joined = line
+        logger.info("%s", line)
+        if self.announce is not None:
+            self.announce(line)
 
     async def close(self) -> None:
         for pump in self._pumps.values():
@@ -159,8 +191,9 @@ class RayExecutor(GroupExecutor):
         placement = self.placement_for(builders)
         pool = self._pools.get(placement.describe())
         if pool is None:
-            size = self.num_actors or max(1, sum(placement.fits(n) for n in live_nodes()))
-            pool = ActorPool(ray.remote(EpisodeHost), placement, size, self.placement_timeout)
+            pool = ActorPool(
+                ray.remote(EpisodeHost), placement, self.num_actors, self.placement_timeout
+            )
             self._pools[placement.describe()] = pool
         try:
             builders_ref = ray.put(list(builders))
@@ -272,8 +305,8 @@ class RayRunner(GroupRunner):
                 # The policy's entry is looked up per group: a sync since the last one
                 # gives a new entry, and the group's actor samples with the new weights.
                 refs = [self.builders_ref, self.executor.policy_ref(self.policy)]
-                outcome = await host.handle.run_group.remote(
-                    refs, index, key, retries, group_timeout
+                outcome = landed(
+                    await host.handle.run_group.remote(refs, index, key, retries, group_timeout)
                 )
             except ray.exceptions.RayTaskError as err:  # our actor code raised: not a loss
                 return _failed(
@@ -301,6 +334,7 @@ class RayRunner(GroupRunner):
             error=outcome["error"],
             attempts=outcome["attempts"] + len(lost),
             traceback=outcome["traceback"],
+            collected=outcome.get("collected") if group is not None else None,
         )
         if lost:
             record.extra["lost_attempts"] = _numbered(lost)
@@ -327,6 +361,16 @@ def _failed(key: str, reason: str, lost: list[str], attempts: int) -> GroupRecor
     if lost:
         record.extra["lost_attempts"] = _numbered(lost)
     return record
+
+
+@contextlib.contextmanager
+def _without_env(name: str) -> Iterator[None]:
+    saved = os.environ.pop(name, None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[name] = saved
 
 
 def _numbered(lost: list[str]) -> list[str]:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from agentenvs.rollout.data.samples import TrainingSample, gc_paused
+from agentenvs.rollout.trainers.common import warn_missing_logprobs
 
 if TYPE_CHECKING:
     import pytrio
@@ -60,7 +61,13 @@ def sample_to_pytrio_datum(
 def to_pytrio_datums(
     samples: Sequence[TrainingSample], *, ignore_masked_targets: bool = False
 ) -> list[pytrio.Datum]:
-    """Samples as ``pytrio.Datum`` objects, in order (see the module docstring)."""
+    """Samples as ``pytrio.Datum`` objects, in order (see the module docstring).
+
+    Samples without sampler logprobs get 0.0 and a
+    :class:`~agentenvs.rollout.trainers.common.MissingLogprobsWarning`: PyTRIO's
+    policy losses read them as the sampler's.
+    """
+    warn_missing_logprobs(samples, "to_pytrio_datums")
     with gc_paused():
         return [
             sample_to_pytrio_datum(sample, ignore_masked_targets=ignore_masked_targets)

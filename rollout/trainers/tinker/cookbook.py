@@ -80,6 +80,7 @@ from agentenvs.rollout.policies.base import (
     policy_for,
     turn_logs,
 )
+from agentenvs.rollout.trainers.common import warn_no_logprobs
 from agentenvs.rollout.trainers.tinker.handoff import to_cookbook_group
 from agentenvs.rollout.weights.stamps import with_turn_versions
 
@@ -332,7 +333,8 @@ class PolicyCompleter(TokenCompleter):
     the calling task runs, which only works for envs wrapped by
     :class:`CookbookEnv`; the slot it sees (:data:`current_slot`) is the env's
     position in its group, exactly as under agentenvs' own ``do_group_rollout``.
-    A policy without logprobs gets 0.0 per token (the cookbook requires them).
+    A policy without logprobs gets 0.0 per token (the cookbook requires them), and a
+    :class:`~agentenvs.rollout.trainers.common.MissingLogprobsWarning` on its first turn.
 
     Inside a :class:`CookbookEnv` episode each call runs in the turn's slot
     (:data:`current_turn`: the group key if a collector set one, the env's index,
@@ -344,6 +346,8 @@ class PolicyCompleter(TokenCompleter):
         default_factory=weakref.WeakKeyDictionary, repr=False
     )
     """Per-env policies, dropped with their episode's env."""
+    _warned: bool = field(default=False, repr=False)
+    """Whether the missing-logprobs warning was given (once per completer)."""
 
     async def __call__(
         self,
@@ -365,6 +369,9 @@ class PolicyCompleter(TokenCompleter):
         out = check_policy_output(answer, max_tokens)
         if env is not None:
             env.pending_logs = turn_logs(out)
+        if out.logprobs is None and out.tokens and not self._warned:
+            self._warned = True
+            warn_no_logprobs("PolicyCompleter", "the policy's actions have no sampler logprobs")
         logprobs = [0.0] * len(out.tokens) if out.logprobs is None else list(out.logprobs)
         return CookbookTokens(
             tokens=list(out.tokens),

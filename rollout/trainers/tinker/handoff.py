@@ -25,6 +25,7 @@ import numpy as np
 
 from agentenvs.envs.types import TrajectoryGroup
 from agentenvs.rollout.data.samples import TrainingSample, gc_paused, trajectories_to_samples
+from agentenvs.rollout.trainers.common import warn_missing_logprobs, warn_no_logprobs
 
 if TYPE_CHECKING:
     import tinker
@@ -108,8 +109,11 @@ def to_tinker_datums(
 
     ``include_mask`` keeps the cookbook's ``mask`` input (used for metrics; the
     cookbook drops it before ``forward_backward``, since masked tokens already
-    have advantage 0).
+    have advantage 0). Samples without sampler logprobs get 0.0 there and a
+    :class:`~agentenvs.rollout.trainers.common.MissingLogprobsWarning`: Tinker's
+    importance-sampling and PPO losses read them as the sampler's.
     """
+    warn_missing_logprobs(samples, "to_tinker_datums")
     with gc_paused():
         return [
             sample_to_datum(sample, include_mask=include_mask, validate=validate)
@@ -142,12 +146,21 @@ def to_cookbook_group(group: TrajectoryGroup) -> Any:
     """Our group as a ``tinker_cookbook.rl.types.TrajectoryGroup``.
 
     The cookbook requires logprobs; an action without them gets 0.0 per token,
-    which is what our samples hold for it too.
+    which is what our samples hold for it too, and a
+    :class:`~agentenvs.rollout.trainers.common.MissingLogprobsWarning` says so.
     """
     import tinker
     from tinker_cookbook.completers import TokensWithLogprobs
     from tinker_cookbook.rl import types as cookbook
 
+    bare = sum(
+        1
+        for t in group.trajectories
+        for tr in t.transitions
+        if tr.ac.logprobs is None and tr.ac.tokens
+    )
+    if bare:
+        warn_no_logprobs("to_cookbook_group", f"{bare} actions have no sampler logprobs")
     trajectories = []
     for traj in group.trajectories:
         transitions = [

@@ -41,7 +41,7 @@ from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.renderers import Tokenizer
 from agentenvs.envs.types import Trajectory
 from agentenvs.rollout.policies.base import Policy, PolicyFactory
-from agentenvs.rollout.trainers.common import one_sample, run_sync
+from agentenvs.rollout.trainers.common import one_sample, run_sync, warn_no_logprobs
 from agentenvs.rollout.weights.drift import DriftAlarm, DriftLog, measure_drift, rows_from_records
 from agentenvs.rollout.weights.proof import Tolerance
 from agentenvs.rollout.weights.stamps import SampledBy
@@ -285,9 +285,11 @@ def _as_trl_batch(groups: list, tokenizer: Tokenizer, *, weights_version: int) -
         )
     }
     pad = getattr(tokenizer, "pad_token_id", None)
+    bare = 0
     for group in groups:
         for traj, reward in zip(group.trajectories, group.total_rewards(), strict=True):
             sample, dropped = one_sample(traj)
+            bare += not sample.has_logprobs
             p = sample.prompt_length
             completion = sample.tokens[p:]
             mask = sample.loss_mask[p:]
@@ -308,6 +310,10 @@ def _as_trl_batch(groups: list, tokenizer: Tokenizer, *, weights_version: int) -
             version, label = _sampled_by(traj, weights_version)
             batch["weights_version"].append(version)
             batch["weights"].append(label)
+    if bare:
+        # TRL's vLLM importance-sampling correction reads ``logprobs`` as the sampler's.
+        n = len(batch["prompt_ids"])
+        warn_no_logprobs("rollout_func", f"{bare} of {n} rollouts have no sampler logprobs")
     return batch
 
 

@@ -222,6 +222,25 @@ def test_view_of_an_empty_file_fails_as_check_does(tmp_path) -> None:
     assert invoke("check", empty).exit_code != 0
 
 
+def test_view_of_a_scripted_run_shows_no_mean_logprob(tmp_path) -> None:
+    """Before: ``mean logprob 0.0000`` on every turn (the oracle returned 0.0 per token)."""
+    out = tmp_path / "s.jsonl"
+    assert invoke("rollout", "guess_number", "--groups", "1", "--group-size", "1", "--out", out,
+                  "--no-progress").exit_code == 0  # fmt: skip
+    viewed = runner.invoke(app, ["view", str(out), "--no-pager"], env={"COLUMNS": "160"})
+    assert viewed.exit_code == 0, viewed.output
+    header = next(line for line in viewed.output.splitlines() if "mean logprob" in line)
+    names = [c.strip() for c in header.split("┃")]
+    column = names.index("mean logprob")
+    rows = [
+        cells
+        for line in viewed.output.splitlines()
+        if len(cells := [c.strip() for c in line.split("│")]) == len(names)
+    ]
+    assert rows and all(row[column] == "-" for row in rows), viewed.output
+    assert "0.0000" not in viewed.output
+
+
 def test_off_a_terminal_a_run_prints_periodic_progress_lines(tmp_path) -> None:
     """Before: silent until the end when stderr is not a terminal (CI, a log file)."""
     ran = run_cli(

@@ -167,3 +167,23 @@ def test_cli_checks_a_handoff_with_the_tokenizer_it_is_given(runs, tmp_path):
     assert failed[0]["where"].endswith(
         f"traj {lines[2]['traj_index']} sample {lines[2]['sample_index']} token {start}"
     )
+
+
+def test_a_claimed_logprob_flag_is_named_in_every_form(runs, tmp_path):
+    """``has_logprobs`` set on a sample whose policy gave none (issue #30: the scripted
+    policy has none): alone (against the collection record in each line) and against
+    the store, also for a hand-off written without collection records."""
+    from support.corruptions import handoff_logprobs_claimed
+
+    tok = shared_vocabulary("qwen3")
+    store, handoff = runs("qwen3", "nologprobs")
+    lines = read_lines(handoff)
+    handoff_logprobs_claimed(lines, tok)
+    bad = write_lines(lines, tmp_path / "claimed.jsonl")
+    for line in lines:
+        line.pop("collected")
+    bare = write_lines(lines, tmp_path / "claimed-bare.jsonl")
+    for path, reference in ((bad, None), (bad, store), (bare, store)):
+        failed = _failures(check_file(path, tokenizer=tok, reference=reference))
+        assert any("has_logprobs is true but" in f.detail for f in failed), (path, failed)
+    assert check_file(bare, tokenizer=tok).ok  # alone and unrecorded, nothing can tell

@@ -68,6 +68,39 @@ def sampled_pixels_below_header(png: bytes, header_bottom: float) -> int:
     return sum(count for count, colour in body.getcolors(1 << 20) or [] if colour == SAMPLED_BG)
 
 
+BADGE_BG = (0x63, 0x66, 0xF1)  # .turn's background in viewer.html.j2
+RECT = "(function (r) {{ return {{x: r.left, y: r.top, w: r.width, h: r.height}}; }})({})"
+
+
+def _crop(png: bytes, box: dict):
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    return image.crop(
+        (int(box["x"]), int(box["y"]), int(box["x"] + box["w"]), int(box["y"] + box["h"]))
+    )
+
+
+def ink_pixels(png: bytes, box: dict) -> int:
+    """Pixels drawn inside ``box`` (CSS px = screenshot px at scale 1) that stand out from
+    its background (its commonest colour): text, even grey text."""
+    colours = _crop(png, box).getcolors(1 << 20) or []
+    if not colours:
+        return 0
+    ground = max(colours)[1]
+    return sum(
+        count
+        for count, c in colours
+        if sum(abs(x - y) for x, y in zip(c, ground, strict=True)) > 150
+    )
+
+
+def colour_share(png: bytes, box: dict, colour: tuple[int, int, int]) -> float:
+    crop = _crop(png, box)
+    hits = sum(count for count, c in crop.getcolors(1 << 20) or [] if c == colour)
+    return hits / max(1, crop.width * crop.height)
+
+
 @pytest.mark.parametrize("env", ["search_r1", "alfworld"])
 def test_the_first_screen_shows_a_sampled_token(pages, env, tmp_path) -> None:
     html, _records = pages[env]
@@ -121,6 +154,13 @@ def test_the_group_list_fits_alfworld_keys(pages, tmp_path) -> None:
         assert box["scroll"] <= box["client"], (box, tmp_path)  # no horizontal scrollbar
         assert box["reward"] <= box["right"], box  # the reward column in view
         assert box["page"] <= WIDTH, box  # nor does the page scroll sideways
+        # Drawn, not only laid out: the reward header's text is on the screenshot.
+        shot = page.screenshot()
+        header = page.evaluate(RECT.format(
+            "Array.from(document.querySelectorAll('#list th')).filter(t => t.textContent === "
+            "'reward')[0].getBoundingClientRect()"
+        ))  # fmt: skip
+        assert header["x"] + header["w"] <= WIDTH and ink_pixels(shot, header) > 10, header
         titles = page.evaluate(
             "Array.from(document.querySelectorAll('#list td.key > div')).map(d => d.title)"
         )
@@ -135,7 +175,7 @@ def test_the_group_list_fits_alfworld_keys(pages, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("env", ["search_r1", "alfworld"])
-def test_each_turn_badge_starts_a_line_of_its_own(pages, env) -> None:
+def test_each_turn_badge_starts_a_line_of_its_own(pages, env, tmp_path) -> None:
     html, records = pages[env]
     turns = len(records[0]["trajectories"][0]["transitions"])
     assert turns > 1
@@ -159,6 +199,22 @@ def test_each_turn_badge_starts_a_line_of_its_own(pages, env) -> None:
                 assert badge["top"] >= badge["above"] - 1, badge  # below what came before
         after_action = [g for g in geometry if g["after"] == "seg sampled"]
         assert len(after_action) == turns - 1  # each later turn follows an action
+        # On the screenshot each badge on the first screen is drawn at the line's start.
+        page.evaluate("document.querySelector('#detail details.traj pre.stream > .turn')"
+                      ".scrollIntoView({block: 'start'})")  # fmt: skip
+        shot = page.screenshot()
+        boxes = page.evaluate(
+            "Array.from(document.querySelectorAll('#detail details.traj pre.stream > .turn'))"
+            ".map(b => { var r = b.getBoundingClientRect(); return {x: r.left, y: r.top,"
+            " w: r.width, h: r.height}; }).filter(r => r.y >= 0 && r.y + r.h <= innerHeight)"
+        )
+        assert boxes, "no turn badge on screen"
+        for box in boxes:
+            assert colour_share(shot, box, BADGE_BG) > 0.3, box
+            # Nothing of the previous action is drawn on the badge's line to its right.
+            rest = {"x": box["x"] + box["w"] + 2, "y": box["y"], "w": 200, "h": box["h"]}
+            assert ink_pixels(shot, rest) == 0, (box, tmp_path)
+        (tmp_path / f"{env}-badges.png").write_bytes(shot)
 
 
 def test_the_legend_says_the_end_of_turn_token_is_never_trained(pages) -> None:
@@ -168,3 +224,6 @@ def test_the_legend_says_the_end_of_turn_token_is_never_trained(pages) -> None:
         note = page.evaluate("document.getElementById('eot').textContent")
         assert "<|im_end|>" in note and "never trained" in note
         assert page.evaluate("document.getElementById('eot').getBoundingClientRect().bottom") < 200
+        shot = page.screenshot()
+        box = page.evaluate(RECT.format("document.getElementById('eot').getBoundingClientRect()"))
+        assert ink_pixels(shot, box) > 50, box  # drawn on the first screen, not hidden

@@ -17,7 +17,7 @@ from agentenvs.rollout.policies import make_policy
 
 class NoisyLogprobs:
     """A policy factory wrapping another one with made-up negative logprobs, so that
-    logprob checks have real values to look at (the scripted policy reports 0.0)."""
+    logprob checks have real values to look at (the scripted policy has none)."""
 
     per_env = True
 

@@ -98,6 +98,23 @@ async def test_a_policy_in_the_driver_is_called_back_with_each_turn(executor, to
     assert first["ac"] == [5, 6] and first["logprobs"] == [-0.5, -0.25]
 
 
+@in_module_loop
+async def test_the_mailbox_answers_in_batches_over_its_shards(executor, tokenizer):
+    # One answer call per turn capped a driver at ~470 turns/s: answers ready together
+    # go back in one call, and turns spread over two mailbox actors.
+    policy = EchoPolicy(delay=0.05)
+    builders = flagship_builders("guess_number", tokenizer, groups=8, group_size=4)
+    result = await collect(builders, policy, concurrency=8, progress=False, executor=executor)
+    assert len(result.ok) == 8, [r.error for r in result.failed]
+    pump = executor._pumps[id(policy)]
+    assert len(pump.mailboxes) == 2 and min(pump.taken) > 0, pump.taken
+    assert sum(pump.taken) == policy.calls
+    assert pump.answer_calls * 2 < policy.calls, (
+        pump.answer_calls,
+        policy.calls,
+    )  # 1 per turn before
+
+
 def test_the_mailbox_lives_on_the_drivers_node_so_no_worker_node_takes_it_down(cluster):
     import ray
 

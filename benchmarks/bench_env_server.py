@@ -1,0 +1,198 @@
+"""A remote env's cost per step over the same env in process, and how many sessions
+one env server process holds before p99 step latency doubles.
+
+    python benchmarks/bench_env_server.py [--episodes 40] [--seconds 4]
+
+Part 1, per step: the scripted oracle plays ``--episodes`` episodes of guess_number
+and of ALFWorld (the shipped games) in this process (``config.make_env``) and through
+``RemoteEnv`` against ``agentenvs serve`` in a subprocess on loopback, interleaved
+episode by episode so machine noise hits both sides. Only ``step()`` is timed (the
+oracle's answer is asked before the clock starts). Reported: mean, p50 and p99 step
+time of each, and the remote overhead (mean remote - mean local).
+
+Part 2, sessions: against one fresh server process, ``S`` groups are opened (one
+episode each, initial observation taken) and held; then (a) *held*: one probe
+episode steps for ``--seconds`` while the S others sit idle mid-episode, and
+(b) *active* (S up to ``--max-active``): all S step back to back for ``--seconds``.
+After each S the probe runs again with no session held: the held p99 is compared
+with that one (the machine's load drifts more than a table lookup costs). S doubles
+from 1 until the ratio exceeds 2 twice in a row, or ``--max-sessions``. The load
+generator shares the machine's cores with the server, so (b) measures the pair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from support.env_servers import ProcessServer
+
+from agentenvs.envs.registry import make
+from agentenvs.envs.remote import RemoteDataset
+from agentenvs.rollout.tokenizer import load_tokenizer
+
+ENVS = {"guess_number": {}, "alfworld": {"data": "shipped"}}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def play(env, times: list[float]) -> None:
+    await env.initial_observation()
+    while True:
+        answer = env.scripted_action("oracle")
+        if asyncio.iscoroutine(answer):
+            answer = await answer
+        tokens, stop = answer
+        started = time.perf_counter()
+        result = await env.step(tokens, extra={"stop_reason": stop})
+        times.append(time.perf_counter() - started)
+        if result.episode_done:
+            return
+
+
+async def per_step(url: str, tokenizer, episodes: int) -> dict[str, dict[str, float]]:
+    rows = {}
+    for name, config in ENVS.items():
+        made = make(name, **config)
+        tasks = made.num_tasks("train")
+        remote = RemoteDataset.open(url, name, group_size=1, config=config, n_groups=tasks,
+                                    tokenizer=tokenizer)  # fmt: skip
+        local_times: list[float] = []
+        remote_times: list[float] = []
+        for episode in range(episodes):
+            env = made.make_env(episode % tasks, tokenizer)
+            await play(env, local_times)
+            await env.close()
+            builder = remote.builders[episode % tasks]
+            (renv,) = await builder.make_envs()
+            await play(renv, remote_times)
+            await builder.cleanup()
+        local_mean = statistics.mean(local_times) * 1e3
+        remote_mean = statistics.mean(remote_times) * 1e3
+        rows[name] = {
+            "steps": len(local_times),
+            "local_mean_ms": local_mean,
+            "local_p50_ms": pct(local_times, 0.5) * 1e3,
+            "local_p99_ms": pct(local_times, 0.99) * 1e3,
+            "remote_mean_ms": remote_mean,
+            "remote_p50_ms": pct(remote_times, 0.5) * 1e3,
+            "remote_p99_ms": pct(remote_times, 0.99) * 1e3,
+            "overhead_ms": remote_mean - local_mean,
+        }
+    return rows
+
+
+async def hold(builders, count: int):
+    """Open ``count`` groups mid-episode and let go of their connections: a held
+    session costs the server its state, not a socket."""
+    opened = []
+    for builder in builders[:count]:
+        (env,) = await builder.make_envs()
+        await env.initial_observation()
+        await env.connection.aclose()
+        opened.append((builder, env))
+    return opened
+
+
+async def step_for(env, builder, seconds: float, times: list[float]) -> None:
+    """Step ``env`` back to back; a finished episode is replaced by a fresh one."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        answer = await env.scripted_action("oracle")
+        started = time.perf_counter()
+        result = await env.step(answer[0], extra={"stop_reason": answer[1]})
+        times.append(time.perf_counter() - started)
+        if result.episode_done:
+            await builder.cleanup()
+            (env,) = await builder.make_envs()
+            await env.initial_observation()
+
+
+async def probe(builder, seconds: float) -> list[float]:
+    times: list[float] = []
+    (env,) = await builder.make_envs()
+    await env.initial_observation()
+    await step_for(env, builder, seconds, times)
+    await builder.cleanup()
+    return times
+
+
+async def sessions(
+    url: str, tokenizer, seconds: float, max_sessions: int, max_active: int
+) -> list[dict]:
+    """Per S: the probe's p99 with S sessions held, then again with none (the baseline
+    of that moment: the machine's load drifts more than any table lookup costs)."""
+    dataset = RemoteDataset.open(url, "guess_number", group_size=1, n_groups=max_sessions + 1,
+                                 tokenizer=tokenizer)  # fmt: skip
+    builders = dataset.builders
+    await probe(builders[0], 1.0)  # warm-up: imports, caches, connection set-up
+    rows: list[dict] = []
+    base_active = None
+    count = 1
+    over = 0
+    while count <= max_sessions:
+        opened = await hold(builders[1:], count)
+        held = await probe(builders[0], seconds)
+        row = {"sessions": count, "held_p50_ms": pct(held, 0.5) * 1e3,
+               "held_p99_ms": pct(held, 0.99) * 1e3}  # fmt: skip
+        if count <= max_active:
+            active: list[float] = []
+            await asyncio.gather(*(step_for(e, b, seconds, active) for b, e in opened))
+            row["active_p99_ms"] = pct(active, 0.99) * 1e3
+            row["active_steps_per_s"] = len(active) / seconds
+            base_active = base_active or row["active_p99_ms"]
+            row["active_x"] = row["active_p99_ms"] / base_active
+        for builder, _ in opened:
+            await builder.cleanup()
+        alone = await probe(builders[0], seconds)
+        row["alone_p99_ms"] = pct(alone, 0.99) * 1e3
+        row["held_x"] = row["held_p99_ms"] / row["alone_p99_ms"]
+        rows.append(row)
+        print({k: round(v, 2) for k, v in row.items()}, flush=True)
+        over = over + 1 if row["held_x"] > 2 else 0
+        if over == 2:  # twice in a row: not one noisy window
+            break
+        count *= 2
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=40)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--max-sessions", type=int, default=4096)
+    parser.add_argument("--max-active", type=int, default=64)
+    args = parser.parse_args()
+    tokenizer = load_tokenizer("builtin")
+    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print("cpus:", os.cpu_count())
+    server = ProcessServer(list(ENVS), extra=["--max-groups", str(args.max_sessions + 8)]).start()
+    try:
+        for name, row in asyncio.run(per_step(server.url, tokenizer, args.episodes)).items():
+            print(name, {k: round(v, 3) for k, v in row.items()}, flush=True)
+    finally:
+        server.stop()
+    server = ProcessServer(["guess_number"], extra=["--max-groups", str(args.max_sessions + 8)])
+    server.start()
+    try:
+        asyncio.run(
+            sessions(server.url, tokenizer, args.seconds, args.max_sessions, args.max_active)
+        )
+    finally:
+        server.stop()
+    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+
+
+if __name__ == "__main__":
+    main()

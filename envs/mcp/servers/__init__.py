@@ -1,0 +1,1 @@
+"""Our retriever and sandbox as MCP servers (``agentenvs mcp serve retriever|sandbox``)."""

@@ -1,0 +1,55 @@
+"""Our Search-R1 retriever as an MCP server: one ``search`` tool over a corpus.
+
+An external agent (any MCP client) gets the same passages our Search-R1 environment
+shows the model: the same retriever backends (:mod:`agentenvs.envs.search_r1.retrievers`,
+BM25 over the shipped synthetic world's corpus by default) and the same passage layout
+(``Doc 1(Title: ...) text``, :func:`~agentenvs.envs.search_r1.protocol.format_passages`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+    from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
+
+MAX_TOPK = 20
+
+
+def retriever_server(
+    config: RetrieverConfig | None = None, *, topk: int | None = None
+) -> MCPServer:
+    """An ``MCPServer`` with a ``search(query, topk)`` tool; the index loads on first use."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from agentenvs.envs.search_r1.protocol import format_passages
+    from agentenvs.envs.search_r1.retrievers import make_retriever
+    from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
+
+    settings = config or RetrieverConfig()
+    default_topk = topk or settings.topk
+    server = MCPServer(
+        "agentenvs-retriever",
+        instructions="Search a text corpus; each result is a passage with its title.",
+    )
+    held: dict[str, Any] = {}
+
+    @server.tool(
+        name="search",
+        description=f"Search the corpus for passages about `query`; returns the best `topk` "
+        f"(1 to {MAX_TOPK}, default {default_topk}) as numbered passages with titles.",
+    )
+    async def search(query: str, topk: int = default_topk) -> str:
+        if not query.strip():
+            raise ToolError("query is empty: say what to search for")
+        if not 1 <= topk <= MAX_TOPK:
+            raise ToolError(f"topk must be from 1 to {MAX_TOPK}, not {topk}")
+        if "retriever" not in held:
+            held["retriever"] = make_retriever(settings)
+        (passages,) = await held["retriever"].search([query], topk)
+        return format_passages(passages) if passages else "No passages found."
+
+    return server

@@ -1,0 +1,2 @@
+"""Registered environments served over HTTP (``agentenvs serve``); the client is
+:mod:`agentenvs.envs.remote`. See docs/env-servers.md."""

@@ -1,0 +1,115 @@
+"""Starting an env server: check what to host, refuse an open port without a token,
+mount OpenEnv's wire beside ours when asked, and run uvicorn."""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import socket
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastapi import FastAPI
+
+from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.envs.serving.app import ServedEnvs, create_app
+from agentenvs.envs.serving.sessions import SessionLimits
+
+OPENENV_MODULE = "agentenvs.envs.openenv.server"
+
+
+class ServeError(AgentEnvsError, ValueError):
+    """A server that must not start as asked (the message says why and what to do)."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def check_exposure(host: str, token: str | None) -> None:
+    """A server bound beyond loopback hosts code anyone reaching it can drive: it needs
+    a bearer token."""
+    if not is_loopback(host) and not token:
+        raise ServeError(
+            f"--host {host} is reachable beyond this machine: give --token (or "
+            "$AGENTENVS_ENV_SERVER_TOKEN) so clients must present it"
+        )
+
+
+def check_env_names(names: Sequence[str]) -> list[str]:
+    from agentenvs.envs.registry import config_class
+
+    if not names:
+        raise ServeError("name at least one environment to serve (see `agentenvs list`)")
+    for name in names:
+        config_class(name)  # UnknownEnvError names the registered ones
+    return list(dict.fromkeys(names))
+
+
+def build_app(
+    names: Sequence[str],
+    tokenizer: Any,
+    *,
+    tokenizer_spec: str = "builtin",
+    limits: SessionLimits | None = None,
+    token: str | None = None,
+    openenv: bool = False,
+    openenv_configs: Mapping[str, Mapping[str, Any]] | None = None,
+) -> FastAPI:
+    """The app ``agentenvs serve`` runs: our endpoints, plus, with ``openenv``, OpenEnv's
+    app of each env at ``/openenv/<env>``."""
+    names = check_env_names(names)
+    app = create_app(ServedEnvs(names, tokenizer, tokenizer_spec), limits, token=token)
+    if openenv:
+        mount_openenv(app, names, openenv_configs or {})
+    return app
+
+
+def mount_openenv(
+    app: FastAPI, names: Sequence[str], configs: Mapping[str, Mapping[str, Any]]
+) -> None:
+    import importlib
+
+    try:
+        module = importlib.import_module(OPENENV_MODULE)
+    except ModuleNotFoundError as err:
+        raise ServeError(f"--openenv: {OPENENV_MODULE} is not available ({err})") from None
+    for name in names:
+        mounted = module.openenv_app(name, configs.get(name))
+        app.mount(f"/openenv/{name}", mounted)
+        release = getattr(module, "release_app", None)
+        if callable(release):
+            app.state.shutdown_hooks.append(functools.partial(release, mounted))
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """The listening address, bound before the server starts, so a port in use (or a
+    host that does not resolve) is one clear error rather than uvicorn's log line."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as err:
+        raise ServeError(f"--host {host}: cannot resolve it ({err.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as err:
+        sock.close()
+        raise ServeError(f"--port {port}: cannot listen on {host}:{port} ({err.strerror}); "
+                         "is another server there? pick another --port") from None  # fmt: skip
+    return sock
+
+
+def serve(app: FastAPI, sock: socket.socket, *, log_level: str = "warning") -> None:
+    """Serve on the bound ``sock`` until interrupted (blocking)."""
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level=log_level, access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])

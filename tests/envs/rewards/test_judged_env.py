@@ -1,0 +1,109 @@
+"""A judged environment end to end: real collection, real vLLM judge, stored verdicts, check.
+
+guess_number with a judge on its final step (the scripted oracle solves each game),
+collected into a store as any run is: each final step carries the verdict's status,
+raw text, score, model and prompt hash, the reward includes the judged part, and
+``agentenvs check`` passes. The same run with a judge whose answers hold no score
+stores failed verdicts, and check fails naming the first one. ReTool's config
+wiring (``judge=...``) is checked without a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from support.judge_proxy import JudgeProxy
+from support.vllm_server import SERVED_NAME, vllm_server  # noqa: F401 (the fixture)
+
+from agentenvs.envs import make
+from agentenvs.envs.guess_number import GuessNumberConfig
+from agentenvs.envs.rewards.judge import JudgeInput
+from agentenvs.envs.rewards.judge_cache import clear_memory_cache
+from agentenvs.envs.rewards.judge_settings import JudgeSettings
+from agentenvs.envs.rewards.judged_env import JudgedTextEnv, judged, unwrap
+from agentenvs.envs.text import TextEnv
+from agentenvs.envs.types import Trajectory
+from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.store import TrajectoryStore, read_records
+from agentenvs.rollout.inspect.check import Check, check_records
+from agentenvs.rollout.policies.scripted import ScriptedPolicy
+from agentenvs.rollout.tokenizer import train_chatml_tokenizer
+
+
+def _read(env) -> JudgeInput:
+    return JudgeInput("Find the hidden number.", "I found it.", str(env.secret))
+
+
+class JudgedGuess(GuessNumberConfig):
+    judge: JudgeSettings | None = None
+
+    def make_text_env(self, task_index: int, split: str = "train") -> TextEnv:
+        return judged(super().make_text_env(task_index, split), self.judge, _read)
+
+
+def _collect(path: Path, settings: JudgeSettings) -> list:
+    tokenizer = train_chatml_tokenizer()
+    config = JudgedGuess(tasks=2, judge=settings)
+    dataset = config.dataset(tokenizer, group_size=2)
+    builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
+    asyncio.run(
+        collect(
+            builders, ScriptedPolicy(), store=TrajectoryStore(path), env_name="guess_number",
+            progress=False,
+        )
+    )  # fmt: skip
+    return read_records(path)
+
+
+@pytest.fixture
+def proxy(vllm_server):  # noqa: F811
+    clear_memory_cache()
+    made = JudgeProxy(vllm_server.url)
+    yield made
+    made.close()
+
+
+@pytest.mark.services
+def test_judged_rewards_are_recorded_with_their_verdict_and_check_passes(proxy, tmp_path):
+    regex = {"structured_outputs": {"regex": "SCORE: [0-9]"}}
+    settings = JudgeSettings(base_url=proxy.url, model=SERVED_NAME, max_tokens=8, extra_body=regex)
+    records = _collect(tmp_path / "judged.jsonl", settings)
+    finals = [traj.transitions[-1] for r in records for traj in r.group.trajectories]
+    assert len(finals) == 4
+    for final in finals:
+        logs = final.logs
+        assert logs["judge/status"] == "ok" and logs["judge/model"] == SERVED_NAME
+        assert logs["judge/verdict"] == f"SCORE: {int(logs['judge/score'])}"
+        assert len(logs["judge/prompt_sha256"]) == 16
+        assert final.reward == pytest.approx(1.0 + logs["judge/score"] / 10)  # add: env + judge
+        assert final.metrics["judge/failed"] == 0
+    assert proxy.requests == 2  # two tasks: a group's episodes share one request
+    report = check_records(records)
+    assert report.ok and report.status(Check.REWARDS) == "pass", report.by_check(Check.REWARDS)
+
+
+@pytest.mark.services
+def test_a_judge_without_a_score_fails_check_naming_the_verdict(proxy, tmp_path):
+    regex = {"structured_outputs": {"regex": "looks fine to me"}}
+    settings = JudgeSettings(base_url=proxy.url, model=SERVED_NAME, max_tokens=32, extra_body=regex)
+    records = _collect(tmp_path / "unread.jsonl", settings)
+    final = records[0].group.trajectories[0].transitions[-1]
+    assert final.logs["judge/status"] == "no_score" and final.reward == 1.0  # failure reward 0
+    report = check_records(records)
+    (failed,) = [f for f in report.by_check(Check.REWARDS) if f.status == "fail"]
+    assert "4 of 4 judged episodes" in failed.detail and "looks fine to me" in failed.detail
+    assert failed.where.startswith("guess_number group")
+
+
+def test_retool_config_wires_the_judge_and_keeps_its_group_metrics():
+    settings = {"base_url": "http://127.0.0.1:9", "model": "j", "combine": "replace"}
+    config = make("retool", judge=settings)
+    env = config.make_text_env(0)
+    assert isinstance(env, JudgedTextEnv) and env.settings.combine == "replace"
+    inner = unwrap(env)
+    assert type(inner).__name__ == "ReToolEnv" and env.problem is inner.problem
+    assert not isinstance(make("retool").make_text_env(0), JudgedTextEnv)  # default unchanged
+    ((_, metrics),) = asyncio.run(config.group_rewards([Trajectory([])], [env]))
+    assert metrics["tool_use_rate"] == 0.0 and "pass@1" in metrics  # the episode is counted
