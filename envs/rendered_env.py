@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentenvs.envs.renderers import Renderer
 from agentenvs.envs.text import Message, TextEnv, TextStep
+from agentenvs.envs.tool_calls.record import TOOL_CALLS_LOG, with_token_spans
 from agentenvs.envs.types import (
     Action,
     ActionExtra,
@@ -177,6 +178,9 @@ class RenderedEnv(Env):
             return await self._end_by_limit(TextStep(), StopReason.CONTEXT_OVERFLOW)
 
         result = await self.task.step(content, stop_reason=sampler_stop)
+        if TOOL_CALLS_LOG in result.logs:  # the task parsed text: say which tokens each call is
+            logs = with_token_spans(result.logs, action, self.renderer.decode)
+            result = dataclasses.replace(result, logs=logs)
         if result.done:
             return await self._finish(result, result.stop_reason or StopReason.COMPLETED)
         if spent:  # verl: no turn follows once the response budget is used up

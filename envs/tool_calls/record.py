@@ -5,7 +5,7 @@ as they are (``rollout/collect/turns.py``, ``records.py``), so the attempts trav
 there under one key, ``tool_calls``, as a JSON string (logs hold flat values only):
 
     {"declared": ["hermes"], "result_open": "<tool_response>",
-     "attempts": [{"format": "hermes", "status": "ok", "span": [12, 80],
+     "attempts": [{"format": "hermes", "status": "ok", "span": [12, 80], "tokens": [3, 21],
                    "name": "code_interpreter", "argument_keys": ["code"],
                    "outcome": "ok"}]}
 
@@ -19,8 +19,8 @@ list is a turn where the model made no attempt.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentenvs.envs.tool_calls.types import CallFormat, ToolCallAttempt
@@ -83,3 +83,44 @@ def episode_attempts(transitions: Iterable[Any]) -> tuple[list[ToolCallAttempt],
             seen = True
             attempts.extend(log.attempts)
     return attempts, seen
+
+
+def _tokens_covering(prefix_text: Callable[[int], str], n_tokens: int, chars: int) -> int:
+    """The fewest leading tokens whose decoded text holds ``chars`` characters (binary
+    search: a prefix's decoded length grows with the prefix)."""
+    low, high = 0, n_tokens
+    while low < high:
+        middle = (low + high) // 2
+        if len(prefix_text(middle)) >= chars:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def with_token_spans(logs: Mapping[str, Any], action: Sequence[int], decode: Any) -> dict[str, Any]:
+    """``logs`` with each tool-call attempt's ``tokens`` filled: the range of the action's
+    token indices (end exclusive) whose text holds the attempt's character ``span``.
+
+    Text environments parse the decoded action, so only the token layer can say which
+    sampled tokens make up a call; a viewer or a per-call loss needs that range. The cost
+    is a few prefix decodes per attempt, and only on steps that recorded attempts.
+    """
+    log = ToolCallLog.from_logs(logs) if TOOL_CALLS_LOG in logs else None
+    if log is None or not log.attempts:
+        return dict(logs)
+    tokens = list(action)
+    cache: dict[int, str] = {}
+
+    def prefix_text(k: int) -> str:
+        if k not in cache:
+            cache[k] = decode(tokens[:k])
+        return cache[k]
+
+    located = []
+    for attempt in log.attempts:
+        start, end = attempt.span
+        first = max(_tokens_covering(prefix_text, len(tokens), start + 1) - 1, 0)
+        last = _tokens_covering(prefix_text, len(tokens), end)
+        located.append(replace(attempt, tokens=(first, max(last, first))))
+    return {**logs, **ToolCallLog(log.declared, located, log.result_open).to_logs()}

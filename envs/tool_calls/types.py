@@ -76,11 +76,10 @@ class ToolCallAttempt:
     """One attempt at a tool call inside one action.
 
     ``span`` is the character range of the call in the decoded action text (start, end;
-    end exclusive), so a viewer can highlight it; ``tokens`` is the same range in the
-    action's tokens when the environment knows it (the text environments see only text,
-    so ours leave it None; the step's ``action_text`` log and its sampled tokens locate
-    the span). ``arguments``
-    holds what was read (for the environment to run); it is not stored in records (it
+    end exclusive), so a viewer can highlight it; ``tokens`` is the range of the action's
+    token indices (end exclusive) that holds it: text environments parse text and leave
+    it None, and :class:`~agentenvs.envs.rendered_env.RenderedEnv` fills it from the
+    sampled tokens (``record.with_token_spans``). ``arguments`` holds what was read (for the environment to run); it is not stored in records (it
     is already in the action's tokens): :meth:`to_json` keeps only its keys.
     """
 

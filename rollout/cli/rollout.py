@@ -207,7 +207,9 @@ def _interruptible(out_path: Path, env_name: str, **arguments: Any) -> RolloutRu
         return run_rollout(env_name, out_path=out_path, **arguments)
     except KeyboardInterrupt:
         from agentenvs.rollout.collect.store import TrajectoryStore
+        from agentenvs.rollout.collect.store_commit import wait_for_writers
 
+        wait_for_writers()  # groups handed to the writer before Ctrl-C still land
         stored = len(TrajectoryStore(out_path).keys()) if out_path.exists() else 0
         err.print(run_report.interrupted_message(stored, out_path), markup=False)
         raise typer.Exit(EXIT_INTERRUPTED) from None

@@ -41,6 +41,23 @@ class _Waiting:
     done: asyncio.Future
 
 
+_LIVE_WRITERS: set[threading.Thread] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def wait_for_writers(timeout: float = 30.0) -> None:
+    """Return once every store's writer thread has written what it was given.
+
+    A run stopped by Ctrl-C still writes the groups already handed to its writers (a
+    cancelled caller does not unwrite its line); what says how many groups are stored
+    must count after them, or it names fewer than the file holds.
+    """
+    with _LIVE_LOCK:
+        writers = list(_LIVE_WRITERS)
+    for writer in writers:
+        writer.join(timeout)
+
+
 class GroupCommitter:
     """One store file's writer thread, started when something waits and ended when
     nothing does (no thread is left behind by an idle store)."""
@@ -67,6 +84,8 @@ class GroupCommitter:
                 self._writer = threading.Thread(
                     target=self._write_batches, name=f"store-writer:{self.path.name}"
                 )
+                with _LIVE_LOCK:
+                    _LIVE_WRITERS.add(self._writer)
                 self._writer.start()
         await asyncio.shield(waiting.done)  # a cancelled caller does not unwrite the line
 
@@ -75,6 +94,8 @@ class GroupCommitter:
             with self._lock:
                 batch, self._queue = self._queue, []
                 if not batch:
+                    with _LIVE_LOCK:
+                        _LIVE_WRITERS.discard(threading.current_thread())
                     self._writer = None
                     return
             error: BaseException | None = None

@@ -28,6 +28,7 @@ from support.rollout_tiny_model import teacher_forced_logprobs
 from support.vocab import shared_vocabulary
 
 from agentenvs.envs import make
+from agentenvs.envs.tool_calls import ToolCallLog
 from agentenvs.envs.types import TokensWithLogprobs
 from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.collect.rollouts import current_group_key, current_slot
@@ -165,6 +166,32 @@ def _assert_data_path(records: list[Any], recorder: Recorder, tok: Any) -> list[
     return samples
 
 
+def _assert_tool_call_tokens(records: list[Any], tok: Any) -> int:
+    """Each recorded tool-call attempt names the sampled tokens that hold its text, and
+    no fewer: the range holds the call, and dropping its first or last token loses it."""
+    located = 0
+    for rec in records:
+        for traj in rec.group.trajectories:
+            for transition in traj.transitions:
+                log = ToolCallLog.from_logs(transition.logs)
+                if log is None:
+                    continue
+                tokens = list(transition.ac.tokens)
+                text = tok.decode(tokens, skip_special_tokens=False)
+                for attempt in log.attempts:
+                    assert attempt.tokens is not None, attempt
+                    first, last = attempt.tokens
+                    call = text[attempt.span[0] : attempt.span[1]]
+                    assert call, attempt
+                    held = [
+                        call in tok.decode(tokens[a:b], skip_special_tokens=False)
+                        for a, b in ((first, last), (first + 1, last), (first, last - 1))
+                    ]
+                    assert held == [True, False, False], (attempt, call, held)
+                    located += 1
+    return located
+
+
 def _assert_check_passes(records: list[Any], tok: Any, *, silent_tools: bool = False) -> None:
     """``silent_tools``: the policy (a randomly initialised model) fires no tool call, so
     the tool audit must fail, naming the environment; every other check must pass."""
@@ -188,6 +215,8 @@ def test_scripted_policy(name, cell):
     records = _run(tok, env, overrides, recorder)  # each environment's own limits
     _assert_data_path(records, recorder, tok)
     _assert_check_passes(records, tok)
+    located = _assert_tool_call_tokens(records, tok)
+    assert located > 0 or env == "guess_number", "the oracle's tool calls were not recorded"
     rewards = [r for rec in records for r in rec.group.total_rewards()]
     assert max(rewards) > 0, rewards  # the oracle solved its tasks on this vocabulary
 

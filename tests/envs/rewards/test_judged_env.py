@@ -107,3 +107,26 @@ def test_retool_config_wires_the_judge_and_keeps_its_group_metrics():
     assert not isinstance(make("retool").make_text_env(0), JudgedTextEnv)  # default unchanged
     ((_, metrics),) = asyncio.run(config.group_rewards([Trajectory([])], [env]))
     assert metrics["tool_use_rate"] == 0.0 and "pass@1" in metrics  # the episode is counted
+
+
+def test_an_episode_ended_by_a_limit_is_not_judged(tmp_path):
+    """By rule (docs/rewards.md, "Limits"): the env scores a cut-off episode like a wrong
+    answer, and no judge is asked (the one named here listens nowhere)."""
+    settings = JudgeSettings(base_url="http://127.0.0.1:9", model="nobody")
+    config = JudgedGuess(tasks=2, judge=settings, limits={"max_turns": 1})
+    tokenizer = train_chatml_tokenizer()
+    dataset = config.dataset(tokenizer, group_size=2)
+    builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
+    path = tmp_path / "limited.jsonl"
+    asyncio.run(
+        collect(
+            builders, ScriptedPolicy(), store=TrajectoryStore(path), env_name="guess_number",
+            progress=False,
+        )
+    )  # fmt: skip
+    finals = [t.transitions[-1] for r in read_records(path) for t in r.group.trajectories]
+    limited = [f for f in finals if f.metrics.get("stop/max_turns")]
+    assert limited, [f.metrics for f in finals]  # one guess rarely finds the number
+    for final in limited:
+        assert final.logs["judge/status"] == "not_judged", final.logs
+        assert "judge/verdict" not in final.logs
