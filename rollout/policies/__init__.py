@@ -45,7 +45,8 @@ def make_policy(name: str, **options: Any) -> Policy | PolicyFactory:
       ``top_p``, ``max_tokens``, ``seed``, ``device``, ``dtype``.
     * ``openai``: ``url=``, ``model``, ``api="vllm"|"sglang"``, ``tokenizer``,
       sampling settings, ``timeout``, ``retries``, ``concurrency``; with ``seed``,
-      each turn of a rollout gets its own derived, recorded seed.
+      each turn of a rollout gets its own derived, recorded seed; ``trace`` a
+      ``RequestTrace`` records when each request was in flight.
 
     Every policy also takes ``weights_version``, stored with each group's provenance
     so a trainer can tell how stale the samples are.

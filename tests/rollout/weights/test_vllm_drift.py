@@ -77,7 +77,7 @@ async def test_a_sync_that_never_loaded_is_caught_by_the_first_batch_after_it(
     assert report.alarm and "did not run the weights it claims" in report.alarm
     assert report.alarmed_keys == {"s0", "s1"}
 
-    with pytest.raises(DriftAlarm, match="group s0"):
+    with pytest.raises(DriftAlarm, match=r"group s[01]:"):  # the first in finishing order
         samples_from_records(stale.ok, drift=log.read())
     samples, _ = samples_from_records(clean.ok, drift=log.read())  # the clean batch still trains
     assert samples
