@@ -88,20 +88,20 @@ class Row:
         walls = [r.wall for r in self.runs[side]]
         return f"{min(walls):.2f}-{max(walls):.2f}"
 
-    def overhead(self, raw_side: str) -> float:
-        """Paired: the median over rounds of ``1 - raw / agentenvs``, each round's three
-        runs back to back, so a machine that slows down between rounds slows both."""
-        return statistics.median(
+    def paired(self, raw_side: str) -> list[float]:
+        """Each round's ``1 - raw / agentenvs``: the round's runs ran back to back, so a
+        machine that slows down between rounds slows both."""
+        return [
             1 - raw.wall / ours.wall
             for ours, raw in zip(self.runs["agentenvs"], self.runs[raw_side], strict=True)
-        )
+        ]
+
+    def overhead(self, raw_side: str) -> float:
+        return statistics.median(self.paired(raw_side))
 
     def overhead_spread(self, raw_side: str) -> str:
-        values = [
-            100 * (1 - raw.wall / ours.wall)
-            for ours, raw in zip(self.runs["agentenvs"], self.runs[raw_side], strict=True)
-        ]
-        return f"{min(values):.1f}..{max(values):.1f}"
+        values = self.paired(raw_side)
+        return f"{100 * min(values):.1f}..{100 * max(values):.1f}"
 
     def cpu_share(self) -> float:
         ours = statistics.median(r.cpu for r in self.runs["agentenvs"])

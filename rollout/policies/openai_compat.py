@@ -284,7 +284,7 @@ class OpenAICompatPolicy:
                 sampled_tokens=len(out.tokens),
                 waited=sent - entered,
                 slot=None if slot is None else (slot.group_key, slot.traj_index, slot.turn),
-                body=body if self.trace.keep_bodies else None,
+                body=body,  # the trace drops it unless it keeps bodies
             )
         )
 
@@ -406,13 +406,13 @@ class OpenAICompatPolicy:
 
     @contextlib.asynccontextmanager
     async def _least_busy_pool(self) -> AsyncIterator[httpx.AsyncClient]:
-        index = min(range(len(self._pools)), key=self._pool_load.__getitem__)
-        self._pool_load[index] += 1
+        loads = self._pool_load  # the pools of this session, even if closed meanwhile
+        index = min(range(len(loads)), key=loads.__getitem__)
+        loads[index] += 1
         try:
             yield self._pools[index]
         finally:
-            if index < len(self._pool_load):  # not closed meanwhile
-                self._pool_load[index] -= 1
+            loads[index] -= 1
 
     def _admin_client(self) -> httpx.AsyncClient:
         self._session()

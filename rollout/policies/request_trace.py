@@ -13,6 +13,7 @@ raw requests this way, so the two can be compared span by span.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import statistics
 from collections.abc import Sequence
@@ -41,10 +42,6 @@ class RequestSpan:
     slot: tuple[str | None, int, int] | None = None
     body: dict[str, Any] | None = None
     """The request as sent, when the trace keeps bodies (a replay needs them)."""
-
-    @property
-    def seconds(self) -> float:
-        return self.answered - self.sent
 
 
 @dataclass(frozen=True)
@@ -85,11 +82,8 @@ class RequestTrace:
 
     def add(self, span: RequestSpan) -> None:
         if not self.keep_bodies and span.body is not None:
-            span = RequestSpan(**{**span.__dict__, "body": None})
+            span = dataclasses.replace(span, body=None)
         self.spans.append(span)
-
-    def clear(self) -> None:
-        self.spans.clear()
 
     def in_flight(self) -> list[tuple[float, int]]:
         """The requests in flight as a step function: (time since the first send,

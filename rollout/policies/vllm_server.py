@@ -145,11 +145,16 @@ def server_cpus(options: VLLMOptions) -> ServerCpus:
     return plan_cpus(options.cpus, options.frontend_cpus)
 
 
-def server_command(model_dir: Path, options: VLLMOptions, port: int) -> list[str]:
-    pinned = server_cpus(options).engine
+def server_command(
+    model_dir: Path, options: VLLMOptions, port: int, pinned: list[int] | None = None
+) -> list[str]:
+    """The launch command; ``pinned``: the CPUs of the engine (``taskset``)."""
     taskset = shutil.which("taskset")
     if pinned and taskset is None:
-        logger.warning("taskset (util-linux) not found: the vLLM server is not pinned to CPUs")
+        logger.warning(
+            "taskset not found: the vLLM server is not pinned to CPUs and its engine may "
+            "admit requests one at a time; install util-linux, or pass VLLMOptions(cpus=None)"
+        )
     prefix = [taskset, "-c", ",".join(map(str, pinned))] if pinned and taskset else []
     command = [
         *prefix,
@@ -207,7 +212,8 @@ def start_vllm(
     model_dir = Path(model_dir)
     log_path = Path(log_path)
     port = options.port or free_port(options.host)
-    command = server_command(model_dir, options, port)
+    placement = server_cpus(options)
+    command = server_command(model_dir, options, port, placement.engine)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with log_path.open("wb") as log:
@@ -230,9 +236,8 @@ def start_vllm(
     )
     try:
         wait_until_ready(server, options.startup_timeout)
-        frontend = server_cpus(options).frontend
-        if frontend is not None:
-            move_process(process.pid, frontend)
+        if placement.frontend is not None:
+            move_process(process.pid, placement.frontend)
     except BaseException:
         server.stop()
         raise
