@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from ray_cluster import flagship_builders, loopback_cluster
 
+from agentenvs.envs.wire import trajectory_to_json
 from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.collect.executors.ray_executor import RayExecutor
 from agentenvs.rollout.collect.executors.wire import pack_group, unpack_group
-from agentenvs.rollout.collect.records import trajectory_to_json
 from agentenvs.rollout.policies import make_policy
 from agentenvs.rollout.tokenizer import train_chatml_tokenizer
 

@@ -41,6 +41,7 @@ OLD_TO_NEW: dict[str, str] = {
     "agentenvs.rollout.integrations.trl": "agentenvs.rollout.trainers.trl.rollout_func",
     "agentenvs.rollout.integrations.trl_weight_sync": "agentenvs.rollout.trainers.trl.weight_sync",
     "agentenvs.rollout.integrations.verl": "agentenvs.rollout.trainers.verl.agent_loop",
+    "agentenvs.rollout.weights.identity": "agentenvs.envs.weights_identity",
 }
 
 # The trainer folders: each holds its hand-off and its loop integration together.

@@ -94,7 +94,7 @@ class RemoteGroupBuilder(EnvGroupBuilder):
     async def compute_group_rewards(
         self, trajectories: list[Trajectory], envs: Sequence[Env]
     ) -> list[tuple[float, Metrics]]:
-        from agentenvs.rollout.collect.records import trajectory_to_json
+        from agentenvs.envs.wire import trajectory_to_json
 
         if self._connection is None or self._group_id is None:
             raise RemoteEnvError("compute_group_rewards before make_envs: no group is open")
@@ -212,7 +212,7 @@ def server_urls(servers: str | Sequence[str]) -> list[str]:
 def _check_tokenizer(url: str, served: str | None, tokenizer: Any) -> None:
     if tokenizer is None or served is None:
         return
-    from agentenvs.rollout.collect.run_identity import tokenizer_key
+    from agentenvs.envs.tokenizer_fingerprint import tokenizer_key
 
     local = tokenizer_key(tokenizer)
     if local is not None and local != served:

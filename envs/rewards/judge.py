@@ -42,7 +42,7 @@ class JudgeInput:
 @functools.lru_cache(maxsize=32)
 def _weights_label(directory: str, model: str) -> tuple[str, dict[str, Any]]:
     """The weights identity of a judge serving weights of ours (hashing is slow: once)."""
-    from agentenvs.rollout.weights.identity import WeightsIdentity, hash_weights
+    from agentenvs.envs.weights_identity import WeightsIdentity, hash_weights
 
     identity = WeightsIdentity(
         path="base", name=model, source=directory, sha256=hash_weights(directory)

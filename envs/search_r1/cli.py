@@ -174,7 +174,7 @@ def query(
 
 
 if __name__ == "__main__":
-    from agentenvs.rollout.cli import quiet_logging
+    from agentenvs.envs.cli_logging import quiet_logging
 
     quiet_logging()
     app()

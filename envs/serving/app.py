@@ -132,7 +132,7 @@ def create_app(
 
     @app.get("/v1/info")
     async def info() -> Response:
-        from agentenvs.rollout.collect.run_identity import tokenizer_key
+        from agentenvs.envs.tokenizer_fingerprint import tokenizer_key
 
         return _reply(
             {
@@ -146,7 +146,7 @@ def create_app(
 
     @app.post("/v1/datasets")
     async def dataset(body: DatasetRequest) -> Response:
-        from agentenvs.rollout.collect.run_identity import tokenizer_key
+        from agentenvs.envs.tokenizer_fingerprint import tokenizer_key
 
         builders = served.builders(body)
         return _reply(
@@ -184,7 +184,7 @@ def create_app(
 
     @app.post("/v1/groups/{group_id}/rewards")
     async def rewards(group_id: str, body: RewardsRequest) -> Response:
-        from agentenvs.rollout.collect.records import trajectory_from_json
+        from agentenvs.envs.wire import trajectory_from_json
 
         group = table.group(group_id)
         if len(body.env_ids) != len(body.trajectories):

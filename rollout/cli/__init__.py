@@ -22,6 +22,7 @@ from typing import Annotated
 
 import typer
 
+from agentenvs.envs.cli_logging import quiet_logging
 from agentenvs.rollout.cli import check, compare, demo, listing, preset, rollout, serve, view
 from agentenvs.rollout.cli import eval as eval_cli
 from agentenvs.rollout.cli.common import (
@@ -137,15 +138,6 @@ def mount_subapps(main_app: typer.Typer) -> list[str]:
 
 
 mount_subapps(app)
-
-
-def quiet_logging() -> None:
-    """Warnings and errors on stderr, nothing below, whatever a library sets its own
-    logger to (bm25s turns its logger up to DEBUG when imported): the level is on the
-    handler, not only on the root logger."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.setLevel(logging.WARNING)
 
 
 def main() -> None:

@@ -155,7 +155,7 @@ def load_view_tokenizer(records: list, requested: str | None) -> tuple[Any, str]
         ) from None
     expected = (fingerprint or {}).get("vocab_sha256")
     if expected:
-        from agentenvs.rollout.data.provenance import tokenizer_fingerprint
+        from agentenvs.envs.tokenizer_fingerprint import tokenizer_fingerprint
 
         actual = tokenizer_fingerprint(tokenizer).get("vocab_sha256")
         if actual != expected:

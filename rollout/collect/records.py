@@ -16,13 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentenvs.envs.types import (
-    Metrics,
-    TokensWithLogprobs,
-    Trajectory,
-    TrajectoryGroup,
-    Transition,
-)
+from agentenvs.envs.types import Metrics, Trajectory, TrajectoryGroup
+from agentenvs.envs.wire import trajectory_from_json, trajectory_to_json
 from agentenvs.rollout.collect.fingerprints import group_fingerprint
 from agentenvs.rollout.collect.shared_prefix import PrefixRef, encode_leaves, restore_leaves
 from agentenvs.rollout.weights.stamps import SampledBy
@@ -32,63 +27,6 @@ FORMAT_VERSION = 1
 SHARED_PREFIX_FORMAT = 2
 """A record with at least one leaf stored as a reference to its parent's prefix."""
 READABLE_FORMATS = (FORMAT_VERSION, SHARED_PREFIX_FORMAT)
-
-
-def trajectory_to_json(traj: Trajectory) -> dict[str, Any]:
-    transitions = []
-    context: list[int] = []
-    for tr in traj.transitions:
-        n = len(context)
-        if n and len(tr.ob) >= n and tr.ob[:n] == context:
-            prefix, new = n, tr.ob[n:]
-        else:
-            prefix, new = 0, tr.ob
-        transitions.append(
-            {
-                "ob_prefix": prefix,
-                "ob_new": list(new),
-                "ac": list(tr.ac.tokens),
-                "logprobs": None if tr.ac.logprobs is None else list(tr.ac.logprobs),
-                "sampler_stop": tr.ac.stop_reason,
-                "reward": tr.reward,
-                "done": tr.episode_done,
-                "metrics": dict(tr.metrics),
-                "logs": dict(tr.logs),
-            }
-        )
-        context = list(tr.ob) + list(tr.ac.tokens)
-    return {
-        "transitions": transitions,
-        "final_ob": list(traj.final_ob),
-        "stop_reason": traj.stop_reason,
-    }
-
-
-def trajectory_from_json(data: dict[str, Any]) -> Trajectory:
-    transitions = []
-    context: list[int] = []
-    for turn, item in enumerate(data["transitions"]):
-        prefix = int(item["ob_prefix"])
-        if prefix > len(context):
-            raise ValueError(
-                f"turn {turn}: ob_prefix {prefix} is longer than the context ({len(context)})"
-            )
-        ob = context[:prefix] + list(item["ob_new"])
-        logprobs = item.get("logprobs")
-        logprobs = None if logprobs is None else list(logprobs)  # siblings share stored lists
-        ac = TokensWithLogprobs(list(item["ac"]), logprobs, item["sampler_stop"])
-        transitions.append(
-            Transition(
-                ob=ob,
-                ac=ac,
-                reward=float(item["reward"]),
-                episode_done=bool(item["done"]),
-                metrics=dict(item.get("metrics", {})),
-                logs=dict(item.get("logs", {})),
-            )
-        )
-        context = ob + ac.tokens
-    return Trajectory(transitions, list(data.get("final_ob", [])), data.get("stop_reason"))
 
 
 def _trajectory_of(record: dict[str, Any], index: int, data: dict[str, Any]) -> Trajectory:

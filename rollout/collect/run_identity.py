@@ -14,17 +14,16 @@ changes them every step and still writes one run), server URLs and timeouts
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.envs.tokenizer_fingerprint import tokenizer_key, tokenizer_key_from
 from agentenvs.envs.types import GroupDescription
 from agentenvs.rollout.collect.records import GroupRecord
 
@@ -86,31 +85,6 @@ def policy_key(described: dict[str, Any]) -> str:
     return json.dumps(kept, sort_keys=True, default=str)
 
 
-_FINGERPRINTS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-
-
-def tokenizer_key(tokenizer: Any) -> str | None:
-    """Vocabulary and template hashes of a tokenizer (memoised: hashing a large
-    vocabulary takes a noticeable fraction of a second, and loops call ``collect`` often)."""
-    if tokenizer is None:
-        return None
-    with contextlib.suppress(KeyError, TypeError):
-        return _FINGERPRINTS[tokenizer] or None
-    from agentenvs.rollout.data.provenance import tokenizer_fingerprint
-
-    key = _tokenizer_key_from(tokenizer_fingerprint(tokenizer))
-    with contextlib.suppress(TypeError):  # not weak-referenceable: hash again next time
-        _FINGERPRINTS[tokenizer] = key or ""
-    return key
-
-
-def _tokenizer_key_from(entry: Any) -> str | None:
-    if not isinstance(entry, dict) or not entry.get("vocab_sha256"):
-        return None
-    template = entry.get("chat_template_sha256")
-    return f"vocab {entry['vocab_sha256']}" + (f", template {template}" if template else "")
-
-
 def identity_for_collection(
     first: GroupDescription,
     *,
@@ -119,7 +93,7 @@ def identity_for_collection(
 ) -> RunIdentity:
     """The identity of a collection about to start, from its first group's description
     (env name and config as ``collect`` resolved them) and what ``collect`` is given."""
-    tokenizer = _tokenizer_key_from((provenance or {}).get("tokenizer"))
+    tokenizer = tokenizer_key_from((provenance or {}).get("tokenizer"))
     if tokenizer is None:
         tokenizer = tokenizer_key(first.tokenizer)
     config = dict(first.config)
@@ -139,7 +113,7 @@ def identity_of_record(record: GroupRecord) -> tuple[RunIdentity, bool]:
     (``False``: fields an older record cannot tell are left unknown)."""
     if record.run:
         return RunIdentity.from_json(record.run), True
-    tokenizer = _tokenizer_key_from(record.provenance.get("tokenizer"))
+    tokenizer = tokenizer_key_from(record.provenance.get("tokenizer"))
     size = len(record.group.trajectories) if record.group is not None else None
     derived = RunIdentity(
         env=record.env,

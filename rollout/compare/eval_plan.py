@@ -106,7 +106,7 @@ def local_weights(policy: str, options: dict[str, Any]) -> dict[str, Any] | None
     model = options.get("model")
     if policy != "hf" or not isinstance(model, str) or not Path(model).is_dir():
         return None
-    from agentenvs.rollout.weights.identity import hash_weights
+    from agentenvs.envs.weights_identity import hash_weights
 
     directory = Path(model).resolve()
     return {"name": model, "sha256": hash_weights(directory), "path": "full"}

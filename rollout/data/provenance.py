@@ -8,30 +8,11 @@ stores it with every group and the hand-offs carry it in their metadata.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agentenvs.envs.config import EnvConfig
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def tokenizer_fingerprint(tokenizer: Any) -> dict[str, Any]:
-    """Name, vocabulary hash and chat-template hash of a Hugging Face tokenizer."""
-    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
-    ordered = json.dumps(sorted(vocab.items(), key=lambda kv: kv[1]), ensure_ascii=False)
-    template = getattr(tokenizer, "chat_template", None) or ""
-    return {
-        "name": getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__,
-        "vocab_size": len(vocab),
-        "vocab_sha256": _sha256(ordered),
-        "chat_template_sha256": _sha256(template) if template else None,
-        "eos_token": getattr(tokenizer, "eos_token", None),
-    }
+from agentenvs.envs.tokenizer_fingerprint import tokenizer_fingerprint
 
 
 @dataclass

@@ -34,8 +34,8 @@ from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.envs.types import Env, Logs, StopCondition, TokensWithLogprobs
 
 if TYPE_CHECKING:
+    from agentenvs.envs.weights_identity import WeightsIdentity
     from agentenvs.rollout.weights.gate import SwapGate
-    from agentenvs.rollout.weights.identity import WeightsIdentity
 
 
 @runtime_checkable

@@ -64,6 +64,7 @@ from typing import Any, Literal
 import httpx
 
 from agentenvs.envs.types import SamplerStopReason, StopCondition, TokensWithLogprobs
+from agentenvs.envs.weights_identity import WeightsIdentity
 from agentenvs.rollout.policies.base import (
     PolicyError,
     StampedTokens,
@@ -76,7 +77,6 @@ from agentenvs.rollout.policies.request_trace import RequestSpan, RequestTrace
 from agentenvs.rollout.policies.stop import split_stop
 from agentenvs.rollout.weights.custody import PROVEN, WeightsCustody
 from agentenvs.rollout.weights.gate import SwapGate
-from agentenvs.rollout.weights.identity import WeightsIdentity
 from agentenvs.rollout.weights.instances import ServerInstances
 
 logger = logging.getLogger(__name__)

@@ -153,7 +153,7 @@ def compute_card(
 ) -> dict[str, Any]:
     """The card of preset ``name`` as the code and data on this machine make it now."""
     from agentenvs.envs import make
-    from agentenvs.rollout.collect.run_identity import tokenizer_key
+    from agentenvs.envs.tokenizer_fingerprint import tokenizer_key
 
     entry = preset(name)
     config = make(entry.env, preset=name, **dict(location or {}))

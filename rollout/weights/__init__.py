@@ -10,7 +10,7 @@ records. The proof is kept only while the server cannot have changed under it
 logprobs (:mod:`.drift`).
 """
 
+from agentenvs.envs.weights_identity import WeightsIdentity, hash_weights
 from agentenvs.rollout.weights.gate import SwapGate
-from agentenvs.rollout.weights.identity import WeightsIdentity, hash_weights
 
 __all__ = ["SwapGate", "WeightsIdentity", "hash_weights"]

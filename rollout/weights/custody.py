@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from agentenvs.rollout.weights.identity import WeightsIdentity
+from agentenvs.envs.weights_identity import WeightsIdentity
 
 PROVEN = ("verified", "indistinguishable")
 """The proofs a loss takes away (``none`` had nothing to lose)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentenvs.envs.types import Trajectory, TrajectoryGroup
-from agentenvs.rollout.weights.identity import WeightsIdentity
+from agentenvs.envs.weights_identity import WeightsIdentity
 
 VERSION_LOG = "policy/weights_version"
 """The per-turn log key of the version that served the turn."""

@@ -38,10 +38,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
+from agentenvs.envs.weights_identity import Proof, SyncPath, WeightsIdentity, hash_weights
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 from agentenvs.rollout.weights.engine import VLLMEngine, WeightSyncError
-from agentenvs.rollout.weights.identity import Proof, SyncPath, WeightsIdentity, hash_weights
 from agentenvs.rollout.weights.probe import (
     Probe,
     ProbeResult,

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentenvs.envs.tokenizer_fingerprint import tokenizer_fingerprint
 from agentenvs.rollout.builtin_tokenizer import BUILTIN_FILE, ChatMLTokenizer
-from agentenvs.rollout.data.provenance import tokenizer_fingerprint
 from agentenvs.rollout.tokenizer import (
     CHATML_TEMPLATE,
     load_tokenizer,

@@ -28,15 +28,12 @@ from support.rollout_tiny_model import teacher_forced_logprobs
 from support.vocab import shared_vocabulary
 
 from agentenvs.envs import make
+from agentenvs.envs.tokenizer_fingerprint import tokenizer_fingerprint
 from agentenvs.envs.tool_calls import ToolCallLog
 from agentenvs.envs.types import TokensWithLogprobs
 from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.collect.rollouts import current_group_key, current_slot
-from agentenvs.rollout.data.provenance import (
-    PolicyIdentity,
-    build_provenance,
-    tokenizer_fingerprint,
-)
+from agentenvs.rollout.data.provenance import PolicyIdentity, build_provenance
 from agentenvs.rollout.data.samples import trajectories_to_samples
 from agentenvs.rollout.inspect.check import Check, check_records
 from agentenvs.rollout.policies import make_policy

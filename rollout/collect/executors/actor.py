@@ -13,7 +13,7 @@ group: a builder holds its tokenizer, about 50 kB pickled.
 A policy built from a :class:`PolicySpec` (a server's client) is built once per
 actor and kept across runs (its connection pool with it). The weights it samples
 with come from the driver: a weight sync moves the driver's policy to a new
-:class:`~agentenvs.rollout.weights.identity.WeightsIdentity`, the next group to
+:class:`~agentenvs.envs.weights_identity.WeightsIdentity`, the next group to
 start ships that identity (:class:`ShippedWeights`), and the actor's client takes
 it before that group's first turn, so it asks for the new adapter by name and
 stamps the new version (the actor's other episodes switch with it at their next
@@ -38,12 +38,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from agentenvs.envs.weights_identity import WeightsIdentity
 from agentenvs.rollout.collect.executors.bridge import BridgedPolicy
 from agentenvs.rollout.collect.executors.spec import PolicySpec
 from agentenvs.rollout.collect.executors.wire import pack_group, ship
 from agentenvs.rollout.policies.base import GatedPolicy, TracksWeights, VersionedPolicy, is_per_env
 from agentenvs.rollout.weights.gate import SwapGate
-from agentenvs.rollout.weights.identity import WeightsIdentity
 
 _KEPT_SESSIONS = 16
 """Decoded runs (builders, policies) an actor keeps: a streaming collection opens many."""

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentenvs.envs.errors import AgentEnvsError
-from agentenvs.rollout.weights.identity import WeightsIdentity
+from agentenvs.envs.weights_identity import WeightsIdentity
 
 DRAIN_TIMEOUT = 900.0
 """Seconds a drain waits for requests in flight: above a client's request timeout

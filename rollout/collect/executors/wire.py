@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from agentenvs.envs.types import TokensWithLogprobs, TrajectoryGroup
-from agentenvs.rollout.collect.records import trajectory_from_json, trajectory_to_json
+from agentenvs.envs.wire import trajectory_from_json, trajectory_to_json
 from agentenvs.rollout.collect.tree import TreeGroup
 from agentenvs.rollout.policies.base import StampedTokens
 

@@ -519,9 +519,9 @@ async def collect_from_cookbook(
     ``agentenvs view OUT`` decodes with the right tokenizer (``spec`` is a local
     directory, a Hub id or ``builtin``). Other keywords go to :func:`collect`.
     """
+    from agentenvs.envs.tokenizer_fingerprint import tokenizer_fingerprint
     from agentenvs.rollout.collect.collector import collect
     from agentenvs.rollout.collect.store import TrajectoryStore
-    from agentenvs.rollout.data.provenance import tokenizer_fingerprint
 
     if names is not None and len(names) != len(builders):
         raise ValueError(f"{len(names)} names for {len(builders)} builders")

@@ -328,7 +328,7 @@ class AgentenvsAgentLoop(_Base):  # type: ignore[misc,valid-type]
         return self._output(traj, group_reward, group_metrics, policy, env_seconds, where)
 
     def _output(self, traj, group_reward, group_metrics, policy, env_seconds, where) -> Any:
-        from agentenvs.rollout.collect.records import trajectory_to_json
+        from agentenvs.envs.wire import trajectory_to_json
 
         sample, dropped = one_sample(traj)
         p = sample.prompt_length
@@ -380,7 +380,7 @@ def trajectories_from_verl_batch(non_tensor_batch: Mapping[str, Any]) -> list[An
     """The episodes behind a verl batch's rows (``DataProto.non_tensor_batch``), as
     :class:`~agentenvs.envs.types.Trajectory`, from the ``agentenvs_trajectory``
     field this loop writes; rows from other agent loops raise ``ValueError``."""
-    from agentenvs.rollout.collect.records import trajectory_from_json
+    from agentenvs.envs.wire import trajectory_from_json
 
     records = non_tensor_batch.get("agentenvs_trajectory")
     if records is None:

@@ -222,7 +222,7 @@ def test_builders_pickle_without_their_session_and_run_after(builtin, servers):
 
 def test_a_tokenizer_other_than_the_servers_is_refused(servers, tokenizer):
     from agentenvs.envs.remote import RemoteEnvError
-    from agentenvs.rollout.collect.run_identity import tokenizer_key
+    from agentenvs.envs.tokenizer_fingerprint import tokenizer_key
 
     if tokenizer_key(tokenizer) == tokenizer_key(load_tokenizer("builtin")):
         other = load_tokenizer("builtin")

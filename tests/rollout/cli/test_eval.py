@@ -63,8 +63,8 @@ def test_eval_has_no_training_only_knobs() -> None:
 
 
 def test_a_local_model_is_greedy_and_its_weights_hashed(tmp_path, tokenizer) -> None:
+    from agentenvs.envs.weights_identity import hash_weights
     from agentenvs.rollout.policies.tiny_model import save_tiny_model
-    from agentenvs.rollout.weights.identity import hash_weights
 
     model = save_tiny_model(tmp_path / "tiny", tokenizer)
     out = tmp_path / "hf.jsonl"

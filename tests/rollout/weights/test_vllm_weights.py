@@ -13,10 +13,10 @@ import pytest
 from support.vllm_server import LORA_RANK, restore_base_weights, vllm_server  # noqa: F401  (the session fixture)
 from support.weight_updates import _adapter, _group_builders, _load, _perturbed
 
+from agentenvs.envs.weights_identity import hash_weights
 from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
-from agentenvs.rollout.weights.identity import hash_weights
 from agentenvs.rollout.weights.probe import Probe, VerificationError, torch_reference
 from agentenvs.rollout.weights.sync import WeightSync
 

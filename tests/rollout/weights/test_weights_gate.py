@@ -10,8 +10,8 @@ import asyncio
 
 import pytest
 
+from agentenvs.envs.weights_identity import WeightsIdentity, hash_weights
 from agentenvs.rollout.weights.gate import SwapGate
-from agentenvs.rollout.weights.identity import WeightsIdentity, hash_weights
 
 
 async def test_a_swap_waits_for_requests_in_flight_and_holds_new_ones():

@@ -7,8 +7,8 @@ The stored form (``policy/...`` log keys, ``provenance["policy"]``) is unchanged
 from __future__ import annotations
 
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
+from agentenvs.envs.weights_identity import WeightsIdentity
 from agentenvs.rollout.collect.records import GroupRecord
-from agentenvs.rollout.weights.identity import WeightsIdentity
 from agentenvs.rollout.weights.stamps import SampledBy, TurnStamp, with_turn_versions
 
 

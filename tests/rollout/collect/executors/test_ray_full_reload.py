@@ -31,12 +31,12 @@ from support.weight_updates import _load, _perturbed
 
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.rendered_env import Limits
+from agentenvs.envs.weights_identity import WeightsIdentity
 from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.collect.executors import PolicySpec
 from agentenvs.rollout.collect.executors.ray_executor import RayExecutor
 from agentenvs.rollout.collect.executors.remote_gate import ActorsGate, GateDrainTimeout
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
-from agentenvs.rollout.weights.identity import WeightsIdentity
 from agentenvs.rollout.weights.probe import TOLERANCE, torch_reference
 from agentenvs.rollout.weights.stamps import VERSION_LOG
 

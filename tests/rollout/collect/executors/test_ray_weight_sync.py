@@ -90,8 +90,8 @@ async def test_actors_sample_the_synced_adapter_and_stamp_its_identity(
 
 
 def test_an_actors_client_takes_newer_weights_only():
+    from agentenvs.envs.weights_identity import WeightsIdentity
     from agentenvs.rollout.collect.executors.actor import BuiltClient, ShippedWeights
-    from agentenvs.rollout.weights.identity import WeightsIdentity
 
     spec = PolicySpec("openai", {"url": "http://127.0.0.1:9", "weights_version": 0})
     client = BuiltClient(spec, spec.build())

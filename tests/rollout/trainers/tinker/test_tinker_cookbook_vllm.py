@@ -30,6 +30,7 @@ from tinker_cookbook.rl import rollouts as cookbook_rollouts
 
 from agentenvs.envs.registry import make
 from agentenvs.envs.types import TrajectoryGroup
+from agentenvs.envs.weights_identity import hash_weights
 from agentenvs.rollout.cli.demo import demo_overrides
 from agentenvs.rollout.collect.rollouts import do_group_rollout
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
@@ -41,7 +42,6 @@ from agentenvs.rollout.trainers.tinker.cookbook import (
     to_cookbook_builder,
 )
 from agentenvs.rollout.trainers.tinker.handoff import assemble_tinker_data
-from agentenvs.rollout.weights.identity import hash_weights
 from agentenvs.rollout.weights.probe import TOLERANCE, Probe, torch_reference
 from agentenvs.rollout.weights.sync import WeightSync
 

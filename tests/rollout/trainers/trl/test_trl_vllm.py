@@ -33,13 +33,13 @@ from support.trl_args import cpu_grpo_args
 from support.vllm_server import LORA_RANK, restore_base_weights, vllm_server  # noqa: F401  (the session fixture)
 
 from agentenvs.envs.registry import make
+from agentenvs.envs.weights_identity import WeightsIdentity
 from agentenvs.rollout.collect.store import read_records
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 from agentenvs.rollout.trainers.common import run_sync
 from agentenvs.rollout.trainers.trl.rollout_func import env_reward, make_rollout_func, task_dataset
 from agentenvs.rollout.trainers.trl.weight_sync import VLLMWeightSyncCallback
 from agentenvs.rollout.weights.drift import read_drift
-from agentenvs.rollout.weights.identity import WeightsIdentity
 from agentenvs.rollout.weights.probe import TOLERANCE, Probe, torch_reference
 from agentenvs.rollout.weights.sync import WeightSync
 
