@@ -18,13 +18,13 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.envs.references import Registry, UnknownNameError
 
 ENTRY_POINT_GROUP = "agentenvs.envs"
 GYM_NAMESPACE = "agentenvs"
@@ -33,9 +33,8 @@ GYM_ENTRY_POINT = "agentenvs.envs.gym_adapter:TextGymEnv"
 logger = logging.getLogger(__name__)
 
 
-class UnknownEnvError(AgentEnvsError, KeyError):
-    def __str__(self) -> str:
-        return str(self.args[0])
+class UnknownEnvError(UnknownNameError):
+    """A name no installed package registers; the message lists the registered ones."""
 
 
 class EnvConfigError(AgentEnvsError, ValueError):
@@ -50,28 +49,25 @@ class EnvInfo:
     description: str
 
 
-def _entry_points() -> dict[str, EntryPoint]:
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+ENVIRONMENTS = Registry("environment", entry_point_group=ENTRY_POINT_GROUP, unknown=UnknownEnvError)
+"""Every registered environment: name -> ``"module:ConfigClass"``, from the entry points."""
 
 
 def env_names() -> list[str]:
     """The registered environments' names, from the entry-point metadata (nothing loads)."""
-    return sorted(_entry_points())
+    return ENVIRONMENTS.names()
 
 
 def config_class(name: str) -> type[EnvConfig]:
     _register_if_gymnasium_loaded()
-    return _load(name, _entry_points())
+    return _load(name)
 
 
-def _load(name: str, points: dict[str, EntryPoint]) -> type[EnvConfig]:
-    if name not in points:
-        known = ", ".join(sorted(points)) or "none"
-        raise UnknownEnvError(f"unknown environment {name!r}; registered: {known}")
-    cls = points[name].load()
+def _load(name: str) -> type[EnvConfig]:
+    cls = ENVIRONMENTS.load(name)
     if not (isinstance(cls, type) and issubclass(cls, EnvConfig)):
         raise TypeError(
-            f"entry point {name!r} ({points[name].value}) must name an EnvConfig subclass"
+            f"entry point {name!r} ({ENVIRONMENTS.reference(name)}) must name an EnvConfig subclass"
         )
     return cls
 
@@ -123,15 +119,14 @@ def list_envs() -> list[EnvInfo]:
 
 def _load_all() -> list[EnvInfo]:
     infos = []
-    points = _entry_points()
-    for name, point in sorted(points.items()):
+    for name, reference in ENVIRONMENTS.references().items():
         try:
-            cls = _load(name, points)
+            cls = _load(name)
         except Exception as err:  # a broken plugin must not hide the others
             logger.warning("environment %r could not be loaded: %s", name, err)
             continue
         doc = (cls.__doc__ or "").strip().splitlines()
-        infos.append(EnvInfo(name, gym_id_for(name, cls), point.value, doc[0] if doc else ""))
+        infos.append(EnvInfo(name, gym_id_for(name, cls), reference, doc[0] if doc else ""))
     return infos
 
 
@@ -146,7 +141,7 @@ def register_gymnasium() -> list[str]:
                 id=info.gym_id, entry_point=GYM_ENTRY_POINT, kwargs={"env_name": info.name}
             )
         registered.append(info.gym_id)
-    _registered_with.add(frozenset(_entry_points()))
+    _registered_with.add(frozenset(ENVIRONMENTS.names()))
     return registered
 
 
@@ -157,7 +152,7 @@ later in the process adds a name, and its id is registered on the next lookup)."
 
 def _register_if_gymnasium_loaded() -> None:
     """Gym ids for a process that uses gymnasium, without importing it for one that does not."""
-    names = frozenset(_entry_points())
+    names = frozenset(ENVIRONMENTS.names())
     if "gymnasium" in sys.modules and names not in _registered_with:
         _registered_with.add(names)  # a failure is reported once, not on every lookup
         register_gymnasium_quietly()

@@ -6,16 +6,26 @@ optional dependencies (docker SDK, httpx clients) are only needed when it is cho
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from agentenvs.envs.references import Registry, UnknownNameError
 from agentenvs.sandbox.base import Sandbox, SandboxConfig
 
-BACKENDS: dict[str, str] = {
-    "local": "agentenvs.sandbox.backends.local.backend:LocalSandbox",
-    "docker": "agentenvs.sandbox.backends.docker.backend:DockerSandbox",
-    "sandboxfusion": "agentenvs.sandbox.backends.sandboxfusion:SandboxFusionSandbox",
-}
+
+class UnknownBackendError(UnknownNameError, ValueError):
+    """A sandbox backend name that is not registered."""
+
+
+BACKENDS = Registry(
+    "sandbox backend",
+    {
+        "local": "agentenvs.sandbox.backends.local.backend:LocalSandbox",
+        "docker": "agentenvs.sandbox.backends.docker.backend:DockerSandbox",
+        "sandboxfusion": "agentenvs.sandbox.backends.sandboxfusion:SandboxFusionSandbox",
+    },
+    unknown=UnknownBackendError,
+)
+"""Backend name -> its :class:`Sandbox` class, imported when chosen."""
 
 
 def merged_config(config: SandboxConfig | None = None, **overrides: Any) -> SandboxConfig:
@@ -25,14 +35,7 @@ def merged_config(config: SandboxConfig | None = None, **overrides: Any) -> Sand
 
 
 def backend_class(name: str) -> type[Sandbox]:
-    try:
-        target = BACKENDS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown sandbox backend {name!r} (known: {', '.join(BACKENDS)})"
-        ) from None
-    module_name, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+    return BACKENDS.load(name)
 
 
 def create(config: SandboxConfig | None = None, **overrides: Any) -> Sandbox:

@@ -3,7 +3,7 @@
 The floors, from the ground up:
 
 0. **ground**: the error root, the token-level contract and trajectory types, the
-   trajectory wire format and the weights identity. They import nothing of the project
+   trajectory wire format, the weights identity and the lazy registry helper. They import nothing of the project
    but each other, so every room can use them without loading another room.
 1. **sandbox**: runs untrusted code; knows nothing of environments or rollouts.
 2. **envs core**: the text layer, renderers, limits, registry, tool-call parsers, rewards.
@@ -34,6 +34,7 @@ GROUND = (
     "agentenvs.envs.types",
     "agentenvs.envs.wire",
     "agentenvs.envs.weights_identity",
+    "agentenvs.envs.references",
 )
 ENVIRONMENTS_AND_SERVING = (
     "guess_number",
@@ -105,9 +106,9 @@ def _imported_names(tree: ast.AST, module: str, is_package: bool) -> list[tuple[
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             first = node.args[0] if node.args else None
-            if name == "import_module" and isinstance(first, ast.Constant):
-                if isinstance(first.value, str):
-                    found.append((first.value, node.lineno))
+            literal = isinstance(first, ast.Constant) and isinstance(first.value, str)
+            if name == "import_module" and literal:
+                found.append((first.value, node.lineno))  # type: ignore[union-attr]
             self.generic_visit(node)
 
     Visitor().visit(tree)

@@ -15,8 +15,6 @@ from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.envs.serving.app import ServedEnvs, create_app
 from agentenvs.envs.serving.sessions import SessionLimits
 
-OPENENV_MODULE = "agentenvs.envs.openenv.server"
-
 
 class ServeError(AgentEnvsError, ValueError):
     """A server that must not start as asked (the message says why and what to do)."""
@@ -73,18 +71,14 @@ def build_app(
 def mount_openenv(
     app: FastAPI, names: Sequence[str], configs: Mapping[str, Mapping[str, Any]]
 ) -> None:
-    import importlib
-
     try:
-        module = importlib.import_module(OPENENV_MODULE)
+        from agentenvs.envs.openenv.server import openenv_app, release_app
     except ModuleNotFoundError as err:
-        raise ServeError(f"--openenv: {OPENENV_MODULE} is not available ({err})") from None
+        raise ServeError(f"--openenv: OpenEnv is not available ({err})") from None
     for name in names:
-        mounted = module.openenv_app(name, configs.get(name))
+        mounted = openenv_app(name, configs.get(name))
         app.mount(f"/openenv/{name}", mounted)
-        release = getattr(module, "release_app", None)
-        if callable(release):
-            app.state.shutdown_hooks.append(functools.partial(release, mounted))
+        app.state.shutdown_hooks.append(functools.partial(release_app, mounted))
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

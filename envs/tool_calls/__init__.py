@@ -8,9 +8,9 @@ does with the recorded attempts.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from agentenvs.envs.references import Registry
 from agentenvs.envs.tool_calls.record import TOOL_CALLS_LOG, ToolCallLog, step_logs
 from agentenvs.envs.tool_calls.schema import Tools, ToolSchema, tools_of
 from agentenvs.envs.tool_calls.types import (
@@ -22,6 +22,7 @@ from agentenvs.envs.tool_calls.types import (
 )
 
 __all__ = [
+    "PARSERS",
     "PARSE_FAILURES",
     "TOOL_CALLS_LOG",
     "CallFormat",
@@ -37,25 +38,29 @@ __all__ = [
     "tools_of",
 ]
 
-_MODULES = {
-    CallFormat.HERMES: "hermes",
-    CallFormat.QWEN3_CODER: "qwen3_coder",
-    CallFormat.DEEPSEEK: "deepseek",
-    CallFormat.GLM45: "glm45",
-    CallFormat.SEARCH_R1: "search_r1",
-    CallFormat.RETOOL_CODE: "retool_code",
-    CallFormat.ALFWORLD_ACTION: "alfworld_action",
-}
+PARSERS = Registry(
+    "tool-call format",
+    {
+        CallFormat.HERMES: "agentenvs.envs.tool_calls.hermes",
+        CallFormat.QWEN3_CODER: "agentenvs.envs.tool_calls.qwen3_coder",
+        CallFormat.DEEPSEEK: "agentenvs.envs.tool_calls.deepseek",
+        CallFormat.GLM45: "agentenvs.envs.tool_calls.glm45",
+        CallFormat.SEARCH_R1: "agentenvs.envs.tool_calls.search_r1",
+        CallFormat.RETOOL_CODE: "agentenvs.envs.tool_calls.retool_code",
+        CallFormat.ALFWORLD_ACTION: "agentenvs.envs.tool_calls.alfworld_action",
+    },
+)
+"""Each call format's parser module (its ``parse``), imported when the format is used."""
 
 
 def parser_module(fmt: CallFormat | str) -> Any:
     """The module that reads ``fmt`` (a :class:`CallFormat` or its name)."""
     try:
-        name = _MODULES[CallFormat(fmt)]
+        known = CallFormat(fmt)
     except ValueError:
-        known = ", ".join(str(f) for f in CallFormat)
-        raise ValueError(f"unknown tool-call format {fmt!r}; known: {known}") from None
-    return importlib.import_module(f"agentenvs.envs.tool_calls.{name}")
+        formats = ", ".join(str(f) for f in CallFormat)
+        raise ValueError(f"unknown tool-call format {fmt!r}; known: {formats}") from None
+    return PARSERS.load(known)
 
 
 def parse(

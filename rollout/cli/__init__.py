@@ -23,6 +23,7 @@ from typing import Annotated
 import typer
 
 from agentenvs.envs.cli_logging import quiet_logging
+from agentenvs.envs.references import Registry, load_ref
 from agentenvs.rollout.cli import check, compare, demo, listing, preset, rollout, serve, view
 from agentenvs.rollout.cli import eval as eval_cli
 from agentenvs.rollout.cli.common import (
@@ -103,11 +104,15 @@ __all__ = [
 
 # ---- optional sub-apps ---------------------------------------------------------------------------
 
-SUBAPPS = {
-    "sandbox": "agentenvs.sandbox.cli",
-    "retriever": "agentenvs.envs.search_r1.cli",
-    "mcp": "agentenvs.envs.mcp.cli",
-}
+SUBAPPS = Registry(
+    "command group",
+    {
+        "sandbox": "agentenvs.sandbox.cli:app",
+        "retriever": "agentenvs.envs.search_r1.cli:app",
+        "mcp": "agentenvs.envs.mcp.cli:app",
+    },
+)
+"""Command groups that live with their packages, mounted when their modules import."""
 
 
 def mount_subapps(main_app: typer.Typer) -> list[str]:
@@ -117,20 +122,17 @@ def mount_subapps(main_app: typer.Typer) -> list[str]:
     for a module outside agentenvs) is left out quietly; any other failure to import
     it is a bug, and is said on stderr rather than hidden, while the other commands
     keep working."""
-    import importlib
-
     mounted = []
-    for name, module_name in SUBAPPS.items():
+    for name, reference in SUBAPPS.references().items():
         try:
-            module = importlib.import_module(module_name)
+            sub = load_ref(reference)
         except Exception as err:
             missing = err.name if isinstance(err, ModuleNotFoundError) else None
             if not (missing and not missing.startswith("agentenvs")):  # not an optional extra
                 logging.getLogger(__name__).warning(
-                    "`agentenvs %s` is unavailable: importing %s failed: %r", name, module_name, err
+                    "`agentenvs %s` is unavailable: importing %s failed: %r", name, reference, err
                 )
             continue
-        sub = getattr(module, "app", None)
         if isinstance(sub, typer.Typer):
             main_app.add_typer(sub, name=name)
             mounted.append(name)

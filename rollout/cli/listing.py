@@ -28,9 +28,7 @@ class EnvRow:
 
 def registered_envs() -> list[EnvRow]:
     """Every entry point of the ``agentenvs.envs`` group, loadable or not."""
-    from importlib.metadata import entry_points
-
-    from agentenvs.envs.registry import ENTRY_POINT_GROUP, config_class, list_envs
+    from agentenvs.envs.registry import ENVIRONMENTS, config_class, list_envs
 
     rows = {
         info.name: EnvRow(
@@ -43,15 +41,15 @@ def registered_envs() -> list[EnvRow]:
         )
         for info in list_envs()
     }
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        if point.name in rows:
+    for name, reference in ENVIRONMENTS.references().items():
+        if name in rows:
             continue
         try:
-            config_class(point.name)
+            config_class(name)
             problem = "loads now but failed during listing"
         except Exception as error:
             problem = one_line(f"{type(error).__name__}: {error}")
-        rows[point.name] = EnvRow(point.name, None, point.value, "", False, problem)
+        rows[name] = EnvRow(name, None, reference, "", False, problem)
     return [rows[name] for name in sorted(rows)]
 
 

@@ -8,11 +8,11 @@ Heavy imports (torch, transformers, httpx) happen only for the policy asked for.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import typing
 from typing import Any
 
+from agentenvs.envs.references import Registry, UnknownNameError
 from agentenvs.rollout.policies.base import Policy, PolicyError, PolicyFactory, policy_for
 
 __all__ = [
@@ -20,19 +20,29 @@ __all__ = [
     "Policy",
     "PolicyError",
     "PolicyFactory",
+    "UnknownPolicyError",
     "check_policy_options",
     "make_policy",
     "policy_for",
 ]
 
-POLICIES: dict[str, tuple[str, str]] = {
-    "scripted": ("agentenvs.rollout.policies.scripted", "ScriptedPolicy"),
-    "replay": ("agentenvs.rollout.policies.replay", "ReplayPolicy.from_file"),
-    "interactive": ("agentenvs.rollout.policies.interactive", "InteractivePolicy"),
-    "hf": ("agentenvs.rollout.policies.hf", "HFPolicy"),
-    "openai": ("agentenvs.rollout.policies.openai_compat", "OpenAICompatPolicy"),
-}
-"""Policy name -> (module, constructor)."""
+
+class UnknownPolicyError(UnknownNameError, ValueError):
+    """A policy name that is not registered (a ``ValueError``, as every bad option is)."""
+
+
+POLICIES = Registry(
+    "policy",
+    {
+        "scripted": "agentenvs.rollout.policies.scripted:ScriptedPolicy",
+        "replay": "agentenvs.rollout.policies.replay:ReplayPolicy.from_file",
+        "interactive": "agentenvs.rollout.policies.interactive:InteractivePolicy",
+        "hf": "agentenvs.rollout.policies.hf:HFPolicy",
+        "openai": "agentenvs.rollout.policies.openai_compat:OpenAICompatPolicy",
+    },
+    unknown=UnknownPolicyError,
+)
+"""Policy name -> its constructor, loaded when the policy is made."""
 
 
 def make_policy(name: str, **options: Any) -> Policy | PolicyFactory:
@@ -69,12 +79,7 @@ def _checked_options(name: str, options: dict[str, Any]) -> tuple[Any, Any]:
     """The policy's constructor and its options validated and coerced."""
     from pydantic import ValidationError
 
-    if name not in POLICIES:
-        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(sorted(POLICIES))}")
-    module_name, attr = POLICIES[name]
-    target: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        target = getattr(target, part)
+    target = POLICIES.load(name)
     schema = _options_model(name, target)
     unknown = sorted(set(options) - set(schema.model_fields))
     if unknown:

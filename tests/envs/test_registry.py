@@ -11,6 +11,7 @@ import pytest
 import agentenvs.envs as envs
 from agentenvs.envs import registry
 from agentenvs.envs.guess_number import GuessNumberConfig
+from agentenvs.envs.references import Registry
 
 
 def test_guess_number_is_listed_with_its_gym_id() -> None:
@@ -68,9 +69,10 @@ def test_unknown_name_lists_the_registered_ones() -> None:
 
 
 def _with_extra_points(monkeypatch, *points: EntryPoint) -> None:
-    real = registry._entry_points()
-    extra = {p.name: p for p in points}
-    monkeypatch.setattr(registry, "_entry_points", lambda: {**real, **extra})
+    """The registry as if an installed package declared ``points`` too."""
+    table = {**registry.ENVIRONMENTS.references(), **{p.name: p.value for p in points}}
+    widened = Registry("environment", table, unknown=registry.UnknownEnvError)
+    monkeypatch.setattr(registry, "ENVIRONMENTS", widened)
 
 
 def test_entry_point_that_is_not_a_config_is_refused(monkeypatch) -> None:

@@ -49,7 +49,7 @@ def test_factory_merges_overrides_and_validates():
         create(no_such_field=1)
     with pytest.raises(ValidationError):
         create(backend="bogus")
-    assert set(BACKENDS) == {"local", "docker", "sandboxfusion"}
+    assert set(BACKENDS.names()) == {"local", "docker", "sandboxfusion"}
 
 
 def test_supervisor_is_standalone_stdlib_only():

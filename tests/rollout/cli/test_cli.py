@@ -393,13 +393,12 @@ def test_demo_of_one_env_and_unknown_env(tmp_path) -> None:
 
 
 def test_subapps_are_mounted() -> None:
-    import importlib
-
+    from agentenvs.envs.references import load_ref
     from agentenvs.rollout.cli import SUBAPPS
 
     help_text = invoke("--help").stdout
-    for name, module in SUBAPPS.items():
-        importlib.import_module(module)  # ours, with the install's extras: it must import
+    for name, reference in SUBAPPS.references().items():
+        load_ref(reference)  # ours, with the install's extras: it must import
         assert name in help_text
 
 
@@ -412,11 +411,11 @@ def test_a_sub_cli_that_fails_to_import_is_said_not_hidden(monkeypatch, caplog):
     """A missing optional extra leaves its group out quietly; a broken module is a warning."""
     import typer
 
+    from agentenvs.envs.references import Registry
     from agentenvs.rollout import cli
 
-    monkeypatch.setattr(
-        cli, "SUBAPPS", {"broken": "agentenvs.no_such_module", "extra": "no_such_dependency_x"}
-    )
+    broken = {"broken": "agentenvs.no_such_module:app", "extra": "no_such_dependency_x:app"}
+    monkeypatch.setattr(cli, "SUBAPPS", Registry("command group", broken))
     with caplog.at_level("WARNING"):
         assert cli.mount_subapps(typer.Typer()) == []
     warned = [r.getMessage() for r in caplog.records]
