@@ -31,7 +31,7 @@ def test_the_serve_command_refuses_what_it_cannot_serve_safely() -> None:
     open_port = CliRunner().invoke(cli, ["serve", "guess_number", "--host", "0.0.0.0"])
     assert open_port.exit_code == 2 and "--token" in open_port.output
     unknown = CliRunner().invoke(cli, ["serve", "guess_numbr"])
-    assert unknown.exit_code == 2 and "registered:" in unknown.output
+    assert unknown.exit_code == 2 and "did you mean 'guess_number'" in unknown.output
     limits = CliRunner().invoke(cli, ["serve", "guess_number", "--max-groups", "0"])
     assert limits.exit_code == 2 and "max_groups" in limits.output
     with pytest.raises(UnknownEnvError):
