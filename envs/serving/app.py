@@ -107,7 +107,10 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         sweeper = asyncio.create_task(table.sweep_forever())
         try:
-            yield
+            async with contextlib.AsyncExitStack() as stack:
+                for sub in app.state.sub_apps:  # mounted apps' lifespans (Starlette skips them)
+                    await stack.enter_async_context(sub.router.lifespan_context(sub))
+                yield
         finally:
             sweeper.cancel()
             await table.close_all()
@@ -119,6 +122,7 @@ def create_app(
     app = FastAPI(title="agentenvs env server", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.table = table
     app.state.shutdown_hooks = []  # callables run when the server stops (mounted apps')
+    app.state.sub_apps = []  # mounted apps whose lifespan runs inside ours (ORS)
     install_error_handlers(app)
     app.add_middleware(Gate, metrics=metrics, token=token)
 
