@@ -110,8 +110,9 @@ async def test_an_sdk_written_env_runs_under_our_collector(ors_url, tokenizer, t
         (sample,) = trajectory_to_samples(right, 1.0)
         trained = [t for t, m in zip(sample.tokens, sample.loss_mask, strict=True) if m]
         assert trained == [t for tr in right.transitions for t in tr.ac.tokens]
-    first_prompt = tokenizer.decode(result.ok[1].group.trajectories[0].transitions[0].ob)
-    assert "What is 300 + 45?" in first_prompt and '"name": "submit"' in first_prompt
+    prompts = [tokenizer.decode(r.group.trajectories[0].transitions[0].ob) for r in result.ok]
+    assert any("What is 300 + 45?" in p for p in prompts)  # records come in finishing order
+    assert all('"name": "submit"' in p for p in prompts)  # the tool list, by the template
     report = check_file(store.path, tokenizer=tokenizer)
     assert [f for f in report.findings if f.status == "fail"] == []
 
