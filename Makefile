@@ -14,6 +14,8 @@ VLLM_VERSION := 0.32.0
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)
 VERL_VERSION := 0.9.1
 VERL_STAMP := $(VENV)/.installed-verl-$(VERL_VERSION)
+OPENREWARD_VERSION := 0.1.167
+ORS_STAMP := $(VENV)/.installed-openreward-$(OPENREWARD_VERSION)
 DEB_PACKAGES := bubblewrap podman runc uidmap slirp4netns python3-numpy python3-sympy chromium user-mode-linux e2fsprogs less
 
 .PHONY: demo test test-fast install system-packages vllm verl lint clean
@@ -65,7 +67,15 @@ $(VERL_STAMP): $(STAMP)
 
 verl: $(VERL_STAMP)
 
-install: system-packages $(STAMP)
+# The OpenReward SDK (ORS both ways, envs/ors/). --no-deps: the wheel pins
+# sse-starlette==2.3.6 while mcp 2.3.0 needs >=3 (its server runs on 3.x, as the ORS
+# tests show); its other needs are the `ors` extra of pyproject.toml (installed with `all`).
+$(ORS_STAMP): $(STAMP)
+	$(BIN)/pip install -q --no-deps openreward==$(OPENREWARD_VERSION)
+	OPENREWARD_DISABLE_UPDATE_CHECK=1 $(BIN)/python -c "import openreward.environments"
+	touch $(ORS_STAMP)
+
+install: system-packages $(STAMP) $(ORS_STAMP)
 
 demo: install
 	$(BIN)/agentenvs demo

@@ -2,6 +2,14 @@
 one env server process holds before p99 step latency doubles.
 
     python benchmarks/bench_env_server.py [--episodes 40] [--seconds 4]
+    python benchmarks/bench_env_server.py --fast [--seconds 4]   # issue 44's targets only
+
+Part 0 (``--fast``, issue 44): guess_number steps per second of one server process, with
+``--concurrency`` episodes stepping back to back from one client process on the same
+cores, over HTTP (a request per step) and over the WebSocket fast path (``/v1/ws``),
+beside the same loop in process; the per-step overhead (sequential, one episode:
+mean remote step minus mean in-process step, interleaved rounds); and the probe's p99
+with 4,096 and 10,000 sessions held open against its p99 with none.
 
 Part 1, per step: the scripted oracle plays ``--episodes`` episodes of guess_number
 and of ALFWorld (the shipped games) in this process (``config.make_env``) and through
@@ -167,16 +175,160 @@ async def sessions(
     return rows
 
 
+FIXED_GUESS = "<guess>50</guess>"
+LONG = {"limits": {"max_turns": 30}}
+
+
+async def _fixed_steps(env, action: list[int], seconds: float, times: list[float]) -> int:
+    """Step ``env`` with one fixed wrong guess until ``seconds`` pass or it ends (only the
+    stepping is timed: opening episodes is not a step)."""
+    deadline = time.monotonic() + seconds
+    done = 0
+    while time.monotonic() < deadline:
+        started = time.perf_counter()
+        result = await env.step(action, extra={"stop_reason": "stop"})
+        times.append(time.perf_counter() - started)
+        done += 1
+        if result.episode_done:
+            break
+    return done
+
+
+async def local_rate(tokenizer, concurrency: int, seconds: float) -> float:
+    made = make("guess_number", **LONG)
+    action = tokenizer.encode(FIXED_GUESS, add_special_tokens=False)
+    steps, stepping = 0, 0.0
+    while stepping < seconds:
+        envs = [made.make_env(i % 64, tokenizer) for i in range(concurrency)]
+        for env in envs:
+            await env.initial_observation()
+        started = time.monotonic()
+        counts = await asyncio.gather(*(_fixed_steps(e, action, seconds, []) for e in envs))
+        stepping += time.monotonic() - started
+        steps += sum(counts)
+    return steps / stepping
+
+
+async def remote_rate(url, tokenizer, concurrency: int, seconds: float, transport: str):
+    dataset = RemoteDataset.open(url, "guess_number", group_size=1, config=LONG,
+                                 n_groups=concurrency, tokenizer=tokenizer)  # fmt: skip
+    action = tokenizer.encode(FIXED_GUESS, add_special_tokens=False)
+    steps, times, stepping = 0, [], 0.0
+    while stepping < seconds:
+        envs = []
+        for builder in dataset.builders:
+            (env,) = await builder.make_envs()
+            env.connection.transport = transport
+            envs.append(env)
+        await asyncio.gather(*(e.initial_observation() for e in envs))
+        started = time.monotonic()
+        counts = await asyncio.gather(*(_fixed_steps(e, action, seconds, times) for e in envs))
+        stepping += time.monotonic() - started
+        steps += sum(counts)
+        await asyncio.gather(*(b.cleanup() for b in dataset.builders))
+    return steps / stepping, times
+
+
+async def overhead(url, tokenizer, rounds: int, seconds: float, transport: str) -> dict:
+    """One episode at a time, remote and in process interleaved round by round."""
+    made = make("guess_number", **LONG)
+    action = tokenizer.encode(FIXED_GUESS, add_special_tokens=False)
+    dataset = RemoteDataset.open(url, "guess_number", group_size=1, config=LONG, n_groups=1,
+                                 tokenizer=tokenizer)  # fmt: skip
+    builder = dataset.builders[0]
+    local, remote = [], []
+    for _ in range(rounds):
+        env = made.make_env(0, tokenizer)
+        await env.initial_observation()
+        await _fixed_steps(env, action, seconds, local)
+        (renv,) = await builder.make_envs()
+        renv.connection.transport = transport
+        await renv.initial_observation()
+        await _fixed_steps(renv, action, seconds, remote)
+        await builder.cleanup()
+    return {"local_mean_ms": statistics.mean(local) * 1e3,
+            "remote_mean_ms": statistics.mean(remote) * 1e3,
+            "remote_p99_ms": pct(remote, 0.99) * 1e3,
+            "overhead_ms": (statistics.mean(remote) - statistics.mean(local)) * 1e3}  # fmt: skip
+
+
+async def held(url, tokenizer, counts: list[int], seconds: float) -> list[dict]:
+    """The probe's step p99 (WebSocket) with ``count`` sessions held open, and alone."""
+    most = max(counts)
+    dataset = RemoteDataset.open(url, "guess_number", group_size=1, n_groups=most + 1,
+                                 tokenizer=tokenizer)  # fmt: skip
+    probe_builder, others = dataset.builders[0], dataset.builders[1:]
+    action = tokenizer.encode(FIXED_GUESS, add_special_tokens=False)
+
+    async def probe() -> list[float]:
+        times: list[float] = []
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            (env,) = await probe_builder.make_envs()
+            await env.initial_observation()
+            await _fixed_steps(env, action, deadline - time.monotonic(), times)
+            await probe_builder.cleanup()
+        return times
+
+    await probe()  # warm-up
+    rows = []
+    for count in counts:
+        opened = []
+        for builder in others[:count]:
+            (env,) = await builder.make_envs()
+            await env.initial_observation()
+            await env.connection.aclose()  # a held session costs the server state, not a socket
+            opened.append(builder)
+        with_held = await probe()
+        for builder in opened:
+            await builder.cleanup()  # DELETE over a fresh HTTP client
+        alone_before = await probe()
+        row = {"sessions": count, "held_p50_ms": pct(with_held, 0.5) * 1e3,
+               "held_p99_ms": pct(with_held, 0.99) * 1e3,
+               "alone_p99_ms": pct(alone_before, 0.99) * 1e3}  # fmt: skip
+        row["held_x"] = row["held_p99_ms"] / row["alone_p99_ms"]
+        rows.append(row)
+        print({k: round(v, 3) for k, v in row.items()}, flush=True)
+    return rows
+
+
+def fast_targets(args) -> None:
+    tokenizer = load_tokenizer("builtin")
+    counts = [int(c) for c in args.held.split(",")]
+    server = ProcessServer(["guess_number"],
+                           extra=["--max-groups", str(max(counts) + 64)]).start()  # fmt: skip
+    try:
+        for transport in ("http", "ws"):
+            rate, _ = asyncio.run(
+                remote_rate(server.url, tokenizer, args.concurrency, args.seconds, transport)
+            )
+            local = asyncio.run(local_rate(tokenizer, args.concurrency, args.seconds))
+            print(f"{transport}: {rate:.0f} steps/s remote, {local:.0f} steps/s in process "
+                  f"(concurrency {args.concurrency})", flush=True)  # fmt: skip
+            row = asyncio.run(overhead(server.url, tokenizer, 5, args.seconds / 4, transport))
+            print(transport, "per step:", {k: round(v, 3) for k, v in row.items()}, flush=True)
+        asyncio.run(held(server.url, tokenizer, counts, args.seconds))
+    finally:
+        server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=40)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--max-sessions", type=int, default=4096)
     parser.add_argument("--max-active", type=int, default=64)
+    parser.add_argument("--fast", action="store_true", help="issue 44's targets only")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--held", default="4096,10000", help="held-session counts")
     args = parser.parse_args()
     tokenizer = load_tokenizer("builtin")
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     print("cpus:", os.cpu_count())
+    if args.fast:
+        fast_targets(args)
+        print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+        return
     server = ProcessServer(list(ENVS), extra=["--max-groups", str(args.max_sessions + 8)]).start()
     try:
         for name, row in asyncio.run(per_step(server.url, tokenizer, args.episodes)).items():

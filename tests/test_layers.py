@@ -45,6 +45,8 @@ ENVIRONMENTS_AND_SERVING = (
     "mcp",
     "remote",
     "serving",
+    "ors",
+    "harbor",
 )
 FLOOR_NAMES = ("ground", "sandbox", "envs core", "envs environments/serving", "rollout")
 

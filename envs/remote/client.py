@@ -68,6 +68,11 @@ def raise_for(response: httpx.Response, url: str, what: str) -> None:
     if status < 400:
         return
     detail, data = _message(response)
+    raise_refusal(status, detail, data, url, what)
+
+
+def raise_refusal(status: int, detail: str, data: dict[str, Any], url: str, what: str) -> None:
+    """Raise what a refusal (its status and JSON payload) means, HTTP or WebSocket."""
     kind = data.get("error", "")
     where = f"{what} on env server {url}"
     if status == 404 and kind == "unknown_session":
@@ -110,7 +115,11 @@ class ServerConnection:
     token: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     retries: int = 2
+    transport: str = "ws"
+    """``ws``: steps and initial observations over one WebSocket (``/v1/ws``, the fast
+    path); ``http``: every call a request."""
     _client: httpx.AsyncClient | None = field(default=None, repr=False)
+    _socket: Any = field(default=None, repr=False)
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -139,8 +148,27 @@ class ServerConnection:
         raise_for(response, self.url, what)
         return decode(response)
 
+    async def env_call(self, op: str, env_id: str, body: Any = None) -> Any:
+        """``op`` (``step`` or ``initial_observation``) on env ``env_id``: over the
+        socket with ``transport="ws"``, else as ``POST /v1/envs/{env_id}/{op}``."""
+        if self.transport == "ws" and self._socket is None:
+            try:
+                import websockets  # noqa: F401  (the `server` extra)
+
+                from agentenvs.envs.remote.socket import StepSocket
+            except ImportError:
+                self.transport = "http"
+        if self.transport != "ws":
+            return await self.call("POST", f"/v1/envs/{env_id}/{op}", body, what=op)
+        if self._socket is None:
+            self._socket = StepSocket(self.url, self.token, self.timeout, self.retries)
+        return await self._socket.call(op, env_id, body)
+
     async def aclose(self) -> None:
         client, self._client = self._client, None
+        socket, self._socket = self._socket, None
+        if socket is not None:
+            await socket.close()
         if client is not None:
             await client.aclose()
 

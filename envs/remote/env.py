@@ -42,9 +42,7 @@ class RemoteEnv(Env):
         return f"/v1/envs/{self.env_id}/{verb}"
 
     async def initial_observation(self) -> tuple[Observation, StopCondition]:
-        data = await self.connection.call(
-            "POST", self._path("initial_observation"), what="initial_observation"
-        )
+        data = await self.connection.env_call("initial_observation", self.env_id)
         self._ob = list(data["observation"])
         self._max_action = data.get("max_action_tokens")
         return list(self._ob), list(data["stop_condition"])
@@ -55,7 +53,7 @@ class RemoteEnv(Env):
             "stop_reason": (extra or {}).get("stop_reason", "stop"),
             "turn": self.turns,
         }
-        data = await self.connection.call("POST", self._path("step"), body, what="step")
+        data = await self.connection.env_call("step", self.env_id, body)
         context = self._ob + list(action)
         keep = int(data["keep"])
         if keep > len(context):

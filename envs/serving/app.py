@@ -49,6 +49,7 @@ from agentenvs.envs.serving.wire import (
     StepRequest,
     dumps,
 )
+from agentenvs.envs.serving.ws import install_ws
 from agentenvs.envs.types import EnvGroupBuilder, ForkUnsupported, ScriptedActions
 
 T = TypeVar("T")
@@ -107,7 +108,10 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         sweeper = asyncio.create_task(table.sweep_forever())
         try:
-            yield
+            async with contextlib.AsyncExitStack() as stack:
+                for sub in app.state.sub_apps:  # mounted apps' lifespans (Starlette skips them)
+                    await stack.enter_async_context(sub.router.lifespan_context(sub))
+                yield
         finally:
             sweeper.cancel()
             await table.close_all()
@@ -119,6 +123,7 @@ def create_app(
     app = FastAPI(title="agentenvs env server", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.table = table
     app.state.shutdown_hooks = []  # callables run when the server stops (mounted apps')
+    app.state.sub_apps = []  # mounted apps whose lifespan runs inside ours (ORS)
     install_error_handlers(app)
     app.add_middleware(Gate, metrics=metrics, token=token)
 
@@ -213,26 +218,7 @@ def create_app(
 
     @app.post("/v1/envs/{env_id}/initial_observation")
     async def initial_observation(env_id: str) -> Response:
-        session = table.env(env_id)
-
-        async def run() -> dict[str, Any]:
-            async with session.lock:
-                _check_live(session)
-                if session.last_ob is not None:  # asked again: the same answer
-                    if session.turns:
-                        raise OutOfOrder(f"env {env_id} is at turn {session.turns}; "
-                                         "its initial observation was given before")  # fmt: skip
-                    return session.last_answer or {}
-                ob, stop = await _env_code("initial_observation", session.env.initial_observation)
-                session.last_ob = list(ob)
-                session.last_answer = {
-                    "observation": session.last_ob,
-                    "stop_condition": list(stop),
-                    "max_action_tokens": session.env.max_action_tokens(),
-                }
-                return session.last_answer
-
-        return _reply(await _shielded(run()))
+        return _reply(await _shielded(_initial(table.env(env_id))))
 
     @app.post("/v1/envs/{env_id}/step")
     async def step(env_id: str, body: StepRequest) -> Response:
@@ -240,6 +226,17 @@ def create_app(
         answer = await _shielded(_step(session, body, table.limits.max_steps_per_env))
         metrics.steps += 1
         return _reply(answer)
+
+    def count_step() -> None:
+        metrics.steps += 1
+
+    install_ws(
+        app,
+        table,
+        step=lambda s, body: _shielded(_step(s, body, table.limits.max_steps_per_env)),
+        initial=lambda s: _shielded(_initial(s)),
+        on_step=count_step,
+    )
 
     @app.post("/v1/envs/{env_id}/fork")
     async def fork(env_id: str) -> Response:
@@ -290,6 +287,25 @@ def _env_of(group: GroupSession, env_id: str) -> EnvSession:
     if session is None:
         raise BadRequest(f"body.env_ids: {env_id} is not an env of group {group.group_id}")
     return session
+
+
+async def _initial(session: EnvSession) -> dict[str, Any]:
+    """The env's first observation; asked again before any step, the same answer."""
+    async with session.lock:
+        _check_live(session)
+        if session.last_ob is not None:
+            if session.turns:
+                raise OutOfOrder(f"env {session.env_id} is at turn {session.turns}; "
+                                 "its initial observation was given before")  # fmt: skip
+            return session.last_answer or {}
+        ob, stop = await _env_code("initial_observation", session.env.initial_observation)
+        session.last_ob = list(ob)
+        session.last_answer = {
+            "observation": session.last_ob,
+            "stop_condition": list(stop),
+            "max_action_tokens": session.env.max_action_tokens(),
+        }
+        return session.last_answer
 
 
 def _check_live(session: EnvSession) -> None:

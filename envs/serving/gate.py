@@ -24,6 +24,8 @@ class Gate:
         self.app = app
         self.metrics = metrics
         self.expected = f"Bearer {token}".encode() if token else None
+        self.api_key = token.encode() if token else None
+        """ORS clients send the key as ``X-API-Key`` (the ``openreward`` SDK's header)."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -31,8 +33,13 @@ class Gate:
             await self.app(scope, receive, send)
             return
         if self.expected is not None and scope.get("path") not in OPEN_PATHS:
-            given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not secrets.compare_digest(given, self.expected):
+            headers = dict(scope.get("headers") or [])
+            given = headers.get(b"authorization", b"")
+            key = headers.get(b"x-api-key", b"")
+            if not (
+                secrets.compare_digest(given, self.expected)
+                or secrets.compare_digest(key, self.api_key or b"")
+            ):
                 self.metrics.count_status(401)
                 if kind == "websocket":  # a mounted OpenEnv app's /ws: refused the same
                     await send({"type": "websocket.close", "code": 1008})

@@ -58,14 +58,32 @@ def build_app(
     token: str | None = None,
     openenv: bool = False,
     openenv_configs: Mapping[str, Mapping[str, Any]] | None = None,
+    ors: bool = False,
 ) -> FastAPI:
     """The app ``agentenvs serve`` runs: our endpoints, plus, with ``openenv``, OpenEnv's
-    app of each env at ``/openenv/<env>``."""
+    app of each env at ``/openenv/<env>``, and with ``ors``, the ORS routes of every env
+    at the root (the SDK's clients address the server's root, not a prefix)."""
     names = check_env_names(names)
     app = create_app(ServedEnvs(names, tokenizer, tokenizer_spec), limits, token=token)
     if openenv:
         mount_openenv(app, names, openenv_configs or {})
+    if ors:
+        mount_ors(app, names)
     return app
+
+
+def mount_ors(app: FastAPI, names: Sequence[str]) -> None:
+    """The ORS app of ``names`` behind our routes: a path none of ours takes (``/create``,
+    ``/<env>/call``, ...) goes to it. Its lifespan (the SDK's idle-session reaper) runs
+    inside ours."""
+    try:
+        from agentenvs.envs.ors.server import ors_app, release_app
+    except ImportError as err:
+        raise ServeError(f"--ors: the openreward SDK is not available ({err})") from None
+    mounted = ors_app(names)
+    app.mount("/", mounted)
+    app.state.sub_apps.append(mounted)
+    app.state.shutdown_hooks.append(functools.partial(release_app, mounted))
 
 
 def mount_openenv(

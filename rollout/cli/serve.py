@@ -2,8 +2,10 @@
 
 The token-level wire (docs/env-servers.md) is what ``agentenvs rollout ENV --env-server
 URL`` and :class:`agentenvs.envs.remote.RemoteDataset` drive; ``--openenv`` also mounts
-OpenEnv's HTTP/WebSocket app of each env at ``/openenv/<env>``. Bound beyond loopback,
-the server needs a bearer token (``--token`` or ``$AGENTENVS_ENV_SERVER_TOKEN``).
+OpenEnv's HTTP/WebSocket app of each env at ``/openenv/<env>``; ``--ors`` serves each env as
+an ORS environment (the ``openreward`` SDK's routes, at the root). Bound beyond loopback,
+the server needs a bearer token (``--token`` or ``$AGENTENVS_ENV_SERVER_TOKEN``; ORS clients
+send it as ``X-API-Key``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ def serve_command(
     openenv: Annotated[
         bool, typer.Option("--openenv", help="Also serve OpenEnv's wire at /openenv/<env>.")
     ] = False,
+    ors: Annotated[
+        bool, typer.Option("--ors", help="Also serve the OpenReward Standard's routes (ORS).")
+    ] = False,
     log_level: Annotated[
         str, typer.Option(metavar="LEVEL", help="uvicorn's log level.")
     ] = "warning",
@@ -73,7 +78,7 @@ def serve_command(
         try:
             app = build_app(
                 envs, loaded, tokenizer_spec=tokenizer, limits=limits, token=secret,
-                openenv=openenv,
+                openenv=openenv, ors=ors,
             )  # fmt: skip
             sock = bind_socket(host, port)
         except ServeError as error:

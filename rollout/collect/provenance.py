@@ -61,6 +61,9 @@ def record_provenance(
     """
     live = policy_provenance(policy, group)
     record = {"policy": live, **(provenance or {})}
+    parsed = tool_call_formats(group)
+    if parsed is not None:
+        record["tool_calls"] = parsed
     given = record["policy"]
     if given is not live and isinstance(given, dict):
         given = dict(given)
@@ -69,3 +72,28 @@ def record_provenance(
             given.pop("weights", None)
         record["policy"] = given
     return record
+
+
+def tool_call_formats(group: TrajectoryGroup | None) -> dict[str, list[str]] | None:
+    """Which tool-call formats the group's environment declared and which its calls were
+    read as (from the steps' ``tool_calls`` logs), so ``compare`` can refuse two runs
+    whose calls were parsed differently; None for a group without a tool protocol."""
+    from agentenvs.envs.tool_calls.record import ToolCallLog
+
+    if group is None:
+        return None
+    declared: set[str] = set()
+    read_as: set[str] = set()
+    seen = False
+    for trajectory in group.trajectories:
+        for transition in trajectory.transitions:
+            try:
+                log = ToolCallLog.from_logs(transition.logs)
+            except ValueError:  # a corrupt log is check's to report, not provenance's
+                continue
+            if log is None:
+                continue
+            seen = True
+            declared.update(str(f) for f in log.declared)
+            read_as.update(str(a.format) for a in log.attempts)
+    return {"declared": sorted(declared), "read_as": sorted(read_as)} if seen else None

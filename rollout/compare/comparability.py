@@ -24,7 +24,7 @@ from agentenvs.rollout.compare.runs import Run, WeightsFacts
 from agentenvs.rollout.compare.settings import SETTING_NAMES
 
 _SCALARS = ("env", "split", "template", "tokenizer", "group_size")
-_DICTS = ("config", "budget", "sampling", "renderer", "policy")
+_DICTS = ("config", "budget", "sampling", "renderer", "tool_parser", "policy")
 _SHOWN_IDS = 3
 
 
@@ -121,8 +121,9 @@ def compare_two(a: Run, b: Run) -> tuple[list[Difference], list[str]]:
         if a.settings.get(setting) != b.settings.get(setting):
             differ(setting, _both(setting.replace("_", " "), a, b, setting))
     for setting in _DICTS:
+        lead = "tool calls parsed differently: " if setting == "tool_parser" else ""
         for key, left, right in dict_differences(a.settings[setting], b.settings[setting]):
-            differ(setting, f"{key}: {_show(left)} in {a.label}, {_show(right)} in {b.label}")
+            differ(setting, f"{lead}{key}: {_show(left)} in {a.label}, {_show(right)} in {b.label}")
     notes = []
     if a.settings.get("seed") != b.settings.get("seed"):
         notes.append(

@@ -27,6 +27,7 @@ SETTING_NAMES = (
     "budget",
     "sampling",
     "renderer",
+    "tool_parser",
     "template",
     "tokenizer",
     "group_size",
@@ -55,6 +56,7 @@ def run_settings(records: Sequence[GroupRecord]) -> dict[str, Any]:
         rendering["renderer"] = env["renderer"]
     if env.get("protocol") is not None:
         rendering["protocol"] = env["protocol"]
+    tool_parser = _tool_parser(records, env, config.pop("tool_format", None))
     timeouts = _pop_timeouts(config)
     budget = {**{str(k): v for k, v in limits.items()}, **timeouts}
     budget["sampler max_tokens"] = sampling.pop("max_tokens", None)
@@ -72,6 +74,7 @@ def run_settings(records: Sequence[GroupRecord]) -> dict[str, Any]:
         "sampling": {k: sampling.get(k) for k in ("temperature", "top_p")},
         "seed": sampling.get("seed"),
         "renderer": rendering,
+        "tool_parser": tool_parser,
         "template": template,
         "tokenizer": vocab,
         "group_size": group_size,
@@ -80,6 +83,25 @@ def run_settings(records: Sequence[GroupRecord]) -> dict[str, Any]:
             "variant": mapping_or_empty(policy.get("options")).get("variant")
             or policy.get("variant"),
         },
+    }
+
+
+def _tool_parser(
+    records: Sequence[GroupRecord], env: Mapping[str, Any], configured: Any
+) -> dict[str, Any]:
+    """The parser chosen for tool calls (``env.tool_format``) and, over the run's groups,
+    the formats declared and the formats calls were read as (``provenance.tool_calls``)."""
+    declared: set[str] = set()
+    read_as: set[str] = set()
+    for record in records:
+        calls = mapping_or_empty(record.provenance.get("tool_calls"))
+        declared.update(calls.get("declared") or [])
+        read_as.update(calls.get("read_as") or [])
+    chosen = env.get("tool_format") or configured
+    return {
+        "format": None if chosen is None else str(chosen),
+        "declared": sorted(declared) or None,
+        "read_as": sorted(read_as) or None,
     }
 
 

@@ -61,8 +61,16 @@ def build_provenance(
                 "config": env_config.model_dump(mode="json"),
                 "renderer": env_config.renderer_kind,
                 "protocol": getattr(env_config, "protocol", None),
+                # The parser that reads the model's tool calls, where the env lets one be
+                # chosen (ors, harbor); what each group's calls were read as is in
+                # its record's ``tool_calls`` (rollout/collect/provenance.py).
+                "tool_format": _plain(getattr(env_config, "tool_format", None)),
             }
         )
     if stop_conditions is not None:
         record["stop_conditions"] = list(stop_conditions)
     return record
+
+
+def _plain(value: Any) -> str | None:
+    return None if value is None else str(value)

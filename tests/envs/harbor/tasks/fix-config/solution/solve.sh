@@ -1,0 +1,4 @@
+#!/bin/bash
+cat > /app/config.json <<'JSON'
+{"name": "svc", "port": 8080, "debug": false}
+JSON
