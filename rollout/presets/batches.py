@@ -56,8 +56,9 @@ class BatchFigures:
             if self.rows_per_batch is not None
             else "batch (as many rows as the episodes took steps)"
         )
+        plural = "" if self.optimiser_steps_per_batch == 1 else "s"
         steps = (
-            f"{self.optimiser_steps_per_batch} optimiser steps per {batch}"
+            f"{self.optimiser_steps_per_batch} optimiser step{plural} per {batch}"
             if self.optimiser_steps_per_batch is not None
             else f"ceil(rows / {self.rows_per_optimiser_step}) optimiser steps per {batch}"
         )
