@@ -46,23 +46,22 @@ class BatchFigures:
 
     def describe(self) -> str:
         rows = f"{self.row} rows"
-        per_step = (
-            f"{self.rows_per_optimiser_step:,} {rows} per optimiser step"
-            if self.rows_per_optimiser_step is not None
-            else f"1/{self.optimiser_steps_per_batch} of the {rows} per optimiser step"
-        )
-        batch = (
-            f"{self.rows_per_batch:,}-row batch"
-            if self.rows_per_batch is not None
-            else "batch (as many rows as the episodes took steps)"
-        )
-        plural = "" if self.optimiser_steps_per_batch == 1 else "s"
-        steps = (
-            f"{self.optimiser_steps_per_batch} optimiser step{plural} per {batch}"
-            if self.optimiser_steps_per_batch is not None
-            else f"ceil(rows / {self.rows_per_optimiser_step}) optimiser steps per {batch}"
-        )
-        return f"{per_step}, {steps}"
+        steps = self.optimiser_steps_per_batch
+        if self.rows_per_optimiser_step is None:
+            share = "all its" if steps == 1 else f"a 1/{steps} share of its"
+            plural = "" if steps == 1 else "s"
+            return (
+                f"{steps} optimiser step{plural} per batch, each over {share} {rows} (as many "
+                "as the episodes took steps)"
+            )
+        per_step = f"{self.rows_per_optimiser_step:,} {rows} per optimiser step"
+        if steps is None:
+            return (
+                f"{per_step}, ceil(rows / {self.rows_per_optimiser_step}) optimiser steps per "
+                "batch (as many rows as the episodes took steps)"
+            )
+        plural = "" if steps == 1 else "s"
+        return f"{per_step}, {steps} optimiser step{plural} per {self.rows_per_batch:,}-row batch"
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -29,6 +29,8 @@ _ROWS: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("validation temperature", "val_temperature", {
         "verl": "actor_rollout_ref.rollout.val_kwargs.temperature"}),
     ("validation top_p", "val_top_p", {"verl": "actor_rollout_ref.rollout.val_kwargs.top_p"}),
+    ("validation samples (false: greedy)", "val_do_sample", {
+        "verl": "actor_rollout_ref.rollout.val_kwargs.do_sample"}),
     ("validation samples per task", "val_n", {
         "verl": "actor_rollout_ref.rollout.val_kwargs.n", "trl": "num_generations_eval"}),
 )  # fmt: skip
@@ -76,7 +78,7 @@ def figures_table(half: TrainerHalf, emitted: dict[str, Emitted]) -> list[str]:
 def preset_sheet(half: TrainerHalf) -> str:
     """The Markdown section docs/presets.md shows for ``half``."""
     emitted = {target: emit(half, target) for target in TARGETS}
-    lines = [f"### `{half.preset}`", "", *figures_table(half, emitted), ""]
+    lines = [f"#### `{half.preset}`", "", *figures_table(half, emitted), ""]
     for target, e in emitted.items():
         if e.batch.differs:
             lines += [f"Where the {target} batch differs: {e.batch.differs}.", ""]

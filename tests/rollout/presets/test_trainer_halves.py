@@ -319,3 +319,14 @@ def test_gigpo_defaults_are_the_trainer_half():
     assert settings.gamma == GIGPO.value("gamma")
     assert settings.step_advantage_w == GIGPO.value("step_advantage_w")
     assert settings.normalize_std == GIGPO.value("normalize_std")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_docs_show_what_preset_show_emits_today(name):
+    """docs/presets.md holds each preset's sheet (preset show NAME --markdown) as it is now."""
+    from agentenvs.rollout.presets.sheet import preset_sheet
+
+    page = (Path(__file__).parents[3] / "docs" / "presets.md").read_text()
+    found = re.search(rf"<!-- preset-sheet: {name} -->\n(.*?)<!-- /preset-sheet -->", page, re.S)
+    assert found, f"docs/presets.md has no sheet for {name}"
+    assert found.group(1) == preset_sheet(PRESETS[name].half)
