@@ -85,7 +85,8 @@ def preset_sheet(half: TrainerHalf) -> str:
     verl = " \\\n    ".join(
         ["python3 -m verl.trainer.main_ppo", *verl_command_line(emitted["verl"])]
     )
-    lines += ["verl 0.9.1:", "", "```bash", verl, "```", ""]
+    needs = "<!-- snippet: needs GPUs, verl 0.9.1 and the task rows (verl_rows) -->"
+    lines += ["verl 0.9.1:", "", needs, "```bash", verl, "```", ""]
     trl = dict(emitted["trl"].settings)
     lines += ["TRL `GRPOConfig(**kwargs)`:", "", "```json", json.dumps(trl, indent=1), "```"]
     for key, value in emitted["trl"].batch.requires.items():
