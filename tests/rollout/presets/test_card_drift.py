@@ -36,7 +36,7 @@ def cli_env(tmp_path) -> dict[str, str]:
 
 
 def rollout(env: dict[str, str], out: Path, name: str, preset: str, *args: str) -> Path:
-    command = [AGENTENVS, "rollout", name, "--set", f"preset={preset}", "--groups", "2",
+    command = [AGENTENVS, "rollout", name, "--set", f"preset={preset}", "--groups", "1",
                "--group-size", "1", "--out", str(out), "--no-progress", "--json-summary",
                *args]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
