@@ -112,6 +112,18 @@ class EnvConfig(BaseModel):
     def logging_tags(self) -> list[str]:
         return [self.env_name] if self.env_name else []
 
+    def data_sources(self) -> dict[str, str]:
+        """The files and folders this config reads its tasks and world from, by name
+        (``{"corpus": "/data/wiki.jsonl", "questions/train": ...}``); none by default.
+
+        Why: a config names *where* data lives, not *what* it held. A store records the
+        content hash of each source (:mod:`agentenvs.envs.data_hashes`), so a run on an
+        edited corpus or a changed problem file is told apart from the original even when
+        every knob and path is the same. Declare every source the config may read (both
+        splits, the index next to the corpus); a source behind a server is not local data
+        and is left out. Reading them must be cheap: no task is loaded to answer."""
+        return {}
+
     # ---- shared machinery ------------------------------------------------------------
     @classmethod
     def check_split(cls, split: str) -> None:

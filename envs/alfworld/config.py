@@ -37,6 +37,7 @@ GIGPO_PRESET: dict[str, Any] = {
     "show_admissible": True,
     "require_think": True,
     "reject_cjk": True,
+    "stop_at_action": False,
     "action_pick": "first",
     "action_matching": "exact",
     "on_no_action": "send_tail",
@@ -104,6 +105,12 @@ class ALFWorldConfig(EnvConfig, SettableStrings):
     )
     reject_cjk: bool = Field(
         False, description="A reply with Chinese characters is format-invalid (verl-agent)."
+    )
+    stop_at_action: bool = Field(
+        True,
+        description="tag protocol: sampling stops at </action> and the turn ends there. False: "
+        "no stop string, the whole reply is sampled (to end-of-turn or the per-turn cap) and its "
+        "action is read from it, as verl-agent samples and projects (gigpo).",
     )
     action_pick: Literal["last", "first"] = Field(
         "last", description="Which <action> block of a reply is played."
@@ -181,6 +188,13 @@ class ALFWorldConfig(EnvConfig, SettableStrings):
     def num_tasks(self, split: str = "train") -> int:
         return len(self.games(split))
 
+    def data_sources(self) -> dict[str, str]:
+        """The game folder (``json_2.1.1``: every split's game and trajectory files);
+        ``auto`` names the folder it resolves to on this machine."""
+        from agentenvs.envs.alfworld.games import data_root
+
+        return {"games": str(data_root(self.data))}
+
     def task_id(self, task_index: int, split: str = "train") -> str:
         return f"{split}/{self.games(split)[task_index].name}"
 
@@ -207,6 +221,7 @@ class ALFWorldConfig(EnvConfig, SettableStrings):
             prompt_template=self.prompt_template,
             require_think=self.require_think,
             reject_cjk=self.reject_cjk,
+            stop_at_action=self.stop_at_action,
             action_pick=self.action_pick,
             action_matching=self.action_matching,
             on_no_action=self.on_no_action,

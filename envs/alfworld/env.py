@@ -92,6 +92,7 @@ class EpisodeSettings:
     prompt_template: str | None = None
     require_think: bool = False
     reject_cjk: bool = False
+    stop_at_action: bool = True
     action_pick: Literal["last", "first"] = "last"
     action_matching: Literal["normalised", "exact"] = "normalised"
     on_no_action: Literal["hint", "send_tail"] = "hint"
@@ -223,7 +224,9 @@ class ALFWorldTextEnv(TextEnv):
         return self.admissible if self.settings.show_admissible else None
 
     def stop_sequences(self) -> list[str]:
-        return [ACTION_STOP] if self.settings.protocol == "tag" else [TOOL_CALL_STOP]
+        if self.settings.protocol == "tool":
+            return [TOOL_CALL_STOP]
+        return [ACTION_STOP] if self.settings.stop_at_action else []
 
     def tools(self) -> list[dict[str, Any]] | None:
         if self.settings.protocol != "tool":

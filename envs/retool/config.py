@@ -28,7 +28,7 @@ from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
 from agentenvs.envs.retool.output import ErrorDetail, OutputPolicy, ToolOutput
-from agentenvs.envs.retool.problems import DataFormat, Problem, load_problems
+from agentenvs.envs.retool.problems import SHIPPED_PROBLEMS, DataFormat, Problem, load_problems
 from agentenvs.envs.retool.prompts import STRINGS
 from agentenvs.envs.retool.protocol import Protocol
 from agentenvs.envs.retool.reward import Grader, judge_input, pass_at_k
@@ -224,6 +224,12 @@ class ReToolConfig(EnvConfig, SettableStrings, JudgedConfig):
 
     def num_tasks(self, split: str = "train") -> int:
         return len(self.problems(split))
+
+    def data_sources(self) -> dict[str, str]:
+        """The training problems and the evaluation problems (the same file unless
+        ``eval_data_path`` names another)."""
+        train = str(self.data_path or SHIPPED_PROBLEMS)
+        return {"problems/train": train, "problems/eval": str(self.eval_data_path or train)}
 
     def task_id(self, task_index: int, split: str = "train") -> str:
         problem = self.problems(split)[task_index]

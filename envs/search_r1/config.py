@@ -21,6 +21,7 @@ from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
 from agentenvs.envs.rewards.judge_settings import JudgedConfig
 from agentenvs.envs.rewards.judged_env import judged
+from agentenvs.envs.search_r1.corpus import resolve_corpus
 from agentenvs.envs.search_r1.env import SearchR1Env
 from agentenvs.envs.search_r1.prompts import STRINGS
 from agentenvs.envs.search_r1.protocol import (
@@ -29,7 +30,13 @@ from agentenvs.envs.search_r1.protocol import (
     approximate_counter,
     tokenizer_counter,
 )
-from agentenvs.envs.search_r1.questions import SPLIT_ALIASES, QATask, load_tasks, shipped_tasks
+from agentenvs.envs.search_r1.questions import (
+    SPLIT_ALIASES,
+    QATask,
+    load_tasks,
+    shipped_path,
+    shipped_tasks,
+)
 from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
 from agentenvs.envs.search_r1.reward import AnswerScope, RewardMode, judge_input
 from agentenvs.envs.strings import SettableStrings
@@ -158,6 +165,21 @@ class SearchR1Config(EnvConfig, SettableStrings, JudgedConfig):
 
     def num_tasks(self, split: str = "train") -> int:
         return len(self.tasks(split))
+
+    def data_sources(self) -> dict[str, str]:
+        """Both question sets, and the corpus and index of a local retriever (an http
+        retriever's corpus lives behind its server)."""
+        sources = {
+            "questions/train": str(self.train_file or shipped_path("train")),
+            "questions/test": str(self.test_file or shipped_path("test")),
+        }
+        retriever = self.retriever
+        if retriever.kind != "http":
+            if retriever.index_dir:
+                sources["index"] = retriever.index_dir
+            if retriever.corpus is not None or not retriever.index_dir:
+                sources["corpus"] = str(resolve_corpus(retriever.corpus))
+        return sources
 
     def task_id(self, task_index: int, split: str = "train") -> str:
         return f"{split}/{self.tasks(split)[task_index].id}"

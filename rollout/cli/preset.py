@@ -81,9 +81,14 @@ def show_preset(
         typer.Option(metavar="all|verl|trl|cookbook", help="Which trainer's settings to print."),
     ] = "all",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead.")] = False,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="The sheet docs/presets.md shows, in Markdown.")
+    ] = False,
 ) -> None:
     """The original's trainer settings (each with its source line), and the same as verl
-    overrides, TRL GRPOConfig kwargs and Tinker cookbook config fields."""
+    overrides, TRL GRPOConfig kwargs and Tinker cookbook config fields, each with the batch
+    they make in rows (rows per optimiser step, optimiser steps per batch)."""
+    from agentenvs.rollout.presets.batches import original_figures
     from agentenvs.rollout.presets.emit import TARGETS, emit, verl_command_line
 
     with friendly_errors():
@@ -91,6 +96,11 @@ def show_preset(
         if target != "all" and target not in TARGETS:
             raise CLIError(f"--target must be all or one of {', '.join(TARGETS)}, not {target!r}")
     half = entry.half
+    if markdown:
+        from agentenvs.rollout.presets.sheet import preset_sheet
+
+        sys.stdout.write(preset_sheet(half))
+        return
     chosen = TARGETS if target == "all" else (target,)
     emitted = {t: emit(half, t) for t in chosen}
     if as_json:
@@ -100,6 +110,7 @@ def show_preset(
             "original": vars(half.original),
             "knobs": [vars(k) for k in half.knobs],
             "notes": list(half.notes),
+            "batch": original_figures(half).to_json(),
             **{t: e.to_json() for t, e in emitted.items()},
         }
         sys.stdout.write(json.dumps(payload) + "\n")
@@ -111,6 +122,7 @@ def show_preset(
     for knob in half.knobs:
         table.add_row(knob.name, escape(json.dumps(knob.value)), knob.source, escape(knob.note))
     out.print(table)
+    out.print(f"batch: {original_figures(half).describe()}")
     out.print(f"model: {original.model}")
     out.print(f"environment: agentenvs rollout {entry.env} --set preset={entry.name}")
     for note in half.notes:
@@ -122,6 +134,11 @@ def show_preset(
             out.print(escape(" \\\n    ".join(lines)))
         else:
             out.print(escape(json.dumps(e.settings, indent=2)))
+        out.print(f"  batch: {e.batch.figures.describe()}")
+        if e.batch.differs:
+            out.print(f"  batch differs: {escape(e.batch.differs)}")
+        for product, value in e.batch.requires.items():
+            out.print(f"  set {product} = {value}")
         for knob, why in e.left_out.items():
             out.print(f"  not set: {knob}: {escape(why)}")
 

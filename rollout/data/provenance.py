@@ -54,8 +54,11 @@ def build_provenance(
         "sampling": asdict(sampling or SamplingSettings()),
     }
     if env_config is not None:
+        from agentenvs.envs.data_hashes import data_digests
+
         record["env"].update(
             {
+                "data": data_digests(env_config.data_sources()),  # content hashes, not paths
                 "version": type(env_config).version,
                 "config_sha256": env_config.config_hash(),
                 "config": env_config.model_dump(mode="json"),

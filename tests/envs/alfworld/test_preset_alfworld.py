@@ -144,6 +144,28 @@ async def test_first_action_lowercased_and_sent_as_is(gigpo, tokenizer):
     assert spaced.logs["feedback"] == NOTHING_HAPPENS  # no forgiving normalisation
 
 
+async def test_the_whole_reply_is_sampled_and_its_first_action_played(gigpo, tokenizer):
+    """verl-agent samples each step without a stop string, to EOS or the 512 cap
+    (agent_system/multi_turn_rollout/rollout_loop.py:346, no stop in its sampling), and
+    projects the decoded reply (projection.py:35-44); our default stops at </action>."""
+    index = [g.name for g in gigpo.games()].index(SMALL)
+    ours = make("alfworld", data="shipped").make_env(index, tokenizer)
+    theirs = gigpo.make_env(index, tokenizer)
+    try:
+        _, stop_ours = await ours.initial_observation()
+        _, stop_theirs = await theirs.initial_observation()
+        assert "</action>" in stop_ours and "</action>" not in stop_theirs
+        reply = (
+            THINK + "<action>look</action> then I will open the fridge <action>inventory</action>"
+        )
+        tokens = theirs.renderer.encode(reply) + theirs.renderer.end_of_turn_tokens()
+        step = await theirs.step(tokens, extra={"stop_reason": "eos"})
+        assert theirs.task.stats.actions == ["look"] and step.reward == 0.0  # well formed
+    finally:
+        await ours.close()
+        await theirs.close()
+
+
 async def test_history_window_scrolls_the_start_out(gigpo, tokenizer):
     texts = [THINK + "<action>look</action>"] * 3
     _, _, results = await play(gigpo, tokenizer, texts)

@@ -44,8 +44,12 @@ def test_preset_list_and_show():
     assert shown["trl"]["settings"]["epsilon_high"] == 0.28
     assert shown["cookbook"]["settings"]["loss_fn_config"]["clip_high_threshold"] == 1.28
     text = invoke("preset", "show", "gigpo", "--target", "verl").stdout
-    assert "python3 -m verl.trainer.main_ppo" in text and "algorithm.gamma=0.95" in text
-    assert "not set: estimator: GiGPO is not in verl 0.9.1" in text
+    assert "python3 -m verl.trainer.main_ppo" in text and "algorithm.adv_estimator=grpo" in text
+    assert "not set: estimator: verl 0.9.1 has no gigpo estimator" in text
+    assert "batch: 256 step rows per optimiser step" in text  # the original's, in rows
+    assert "batch differs: verl 0.9.1's agent loop trains one row per episode" in text
+    sheet = invoke("preset", "show", "search_r1", "--markdown").stdout
+    assert sheet.startswith("#### `search_r1`") and "| batch, in rows |" in sheet
     assert "trl" not in json.loads(
         invoke("preset", "show", "gigpo", "--target", "verl", "--json").stdout
     )

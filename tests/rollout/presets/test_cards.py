@@ -1,12 +1,14 @@
 """Reproduction cards on real stores: ALFWorld (the real engine) collected with the
 scripted oracle under preset=gigpo, checked with ``agentenvs check --card`` as a user
-runs it, then drifted stores that must fail: a changed knob, the panel out of order,
-a first prompt the environment no longer renders, a reward outside the oracle's band,
-another chat template."""
+runs it, then drifted stores that must fail: a changed knob (in any group), other game
+data, the panel out of order, a first prompt the environment no longer renders, a
+reward outside the oracle's band, another chat template. Data and sampling drift of
+Search-R1 and ReTool runs: test_card_drift.py."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,11 +33,16 @@ def collect(path: Path, *sets: str) -> Path:
 
 
 def check_card(path: Path, name: str = "gigpo") -> tuple[int, list[dict]]:
+    """``agentenvs check --card`` as a user runs it. ALFWorld's own data folder is pointed
+    at an empty one, so the card reads the shipped games on any machine (data=auto)."""
+    empty = path.parent / "no-alfworld-data"
+    empty.mkdir(exist_ok=True)
     done = subprocess.run(
         [AGENTENVS, "check", str(path), "--card", name, "--json"],
         capture_output=True,
         text=True,
         timeout=600,
+        env={**os.environ, "ALFWORLD_DATA": str(empty)},
     )
     assert done.returncode in (0, 1), done.stderr[-2000:]
     findings = json.loads(done.stdout)["findings"]
@@ -76,7 +83,30 @@ def test_a_changed_knob_fails_and_is_named(tmp_path):
     code, findings = check_card(drifted)
     assert code == 1
     (failure,) = [d for d in card_failures(findings) if d.startswith("config differs")]
-    assert "history_window: 3 in the store, 2 now" in failure
+    assert "in 2 of 2 groups" in failure and "history_window: 3 in the store, 2 now" in failure
+
+
+def test_every_groups_config_is_compared_not_only_the_first(store, tmp_path):
+    def second_drifts(lines):
+        lines[1]["env_config"]["history_window"] = 3
+
+    code, findings = check_card(rewrite(store, tmp_path / "second.jsonl", second_drifts))
+    assert code == 1
+    (failure,) = [d for d in card_failures(findings) if d.startswith("config differs")]
+    assert "in 1 of 2 groups" in failure and "history_window: 3 in the store, 2 now" in failure
+    (where,) = [f["where"] for f in findings if f["detail"] == failure]
+    assert where == json.loads(store.read_text().splitlines()[1])["key"]
+
+
+def test_games_of_other_content_fail_as_data(store, tmp_path):
+    def other_games(lines):
+        for line in lines:
+            line["provenance"]["env"]["data"]["games"] = "0123456789abcdef"
+
+    code, findings = check_card(rewrite(store, tmp_path / "games.jsonl", other_games))
+    assert code == 1
+    (failure,) = [d for d in card_failures(findings) if d.startswith("data games")]
+    assert failure.startswith("data games: 0123456789abcdef in the store, ")
 
 
 def test_a_reward_outside_the_oracle_band_fails(tmp_path):
@@ -130,7 +160,8 @@ def test_the_card_says_what_it_hashes(tokenizer):
     card = compute_card("gigpo", tokenizer, count=3, location={"data": "shipped"})
     assert card["task_panel"]["count"] == 3 and len(card["task_panel"]["ids"]) == 3
     assert len(card["first_prompts"]["per_task"]) == 3
-    assert card["data"]["files"] and all(len(v) == 16 for v in card["data"]["files"].values())
+    assert list(card["data"]["sources"]) == ["games"]
+    assert card["sampling"] == {"temperature": 1.0, "top_p": 1.0, "max_tokens_per_turn": 512}
     assert card["reward"]["module"] == "agentenvs.envs.alfworld.env"
     assert card["oracle_band"] == [10.0, 10.0]
     again = compute_card("gigpo", tokenizer, count=3, location={"data": "shipped"})
