@@ -94,6 +94,14 @@ class EnvConfig(BaseModel):
         """Settings ``agentenvs demo`` applies to this environment (none by default)."""
         return {}
 
+    def shutdown(self) -> None:
+        """Release what this config holds for the whole process (default: nothing).
+
+        Episodes release their own resources (:meth:`TextEnv.close`); a config that
+        shares something across them (ALFWorld's engine processes) stops it here. A
+        server calls it when it stops; it must be idempotent, and the resource may
+        start again on next use."""
+
     def num_tasks(self, split: str = "train") -> int:
         raise NotImplementedError
 

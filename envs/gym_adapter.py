@@ -69,15 +69,21 @@ class TextGymEnv(gymnasium.Env):
         index = (options or {}).get("task_index")
         if index is None:
             index = int(self.np_random.integers(total))
-        self._task = self.config.make_text_env(int(index), self.split)
-        messages = self._task.initial_messages()
+        task = self.config.make_text_env(int(index), self.split)
+        try:  # a task that connects first (OpenEnv, MCP tools) does it here
+            self._loop.run_until_complete(task.start())
+        except BaseException:
+            self._loop.run_until_complete(task.close())
+            raise
+        self._task = task
+        messages = task.initial_messages()
         self._turns = 0
         prompt = _text(messages[-1]) if messages else ""
         self._transcript = [prompt]
         info = {
             "messages": messages,
             "task_id": self.config.task_id(int(index), self.split),
-            "stop_sequences": self._task.stop_sequences(),
+            "stop_sequences": task.stop_sequences(),
         }
         return prompt, info
 

@@ -258,5 +258,6 @@ class ALFWorldConfig(EnvConfig, SettableStrings):
 
 
 def _episode_metrics(env: TextEnv) -> Metrics:
-    metrics = getattr(env, "episode_metrics", None)
-    return metrics() if callable(metrics) else {}
+    from agentenvs.envs.alfworld.env import ALFWorldTextEnv
+
+    return env.episode_metrics() if isinstance(env, ALFWorldTextEnv) else {}

@@ -81,13 +81,12 @@ def result_text(result: Any) -> str:
     """The text a call result carries: its text blocks, else its structured content."""
     import json
 
-    parts = [block.text for block in result.content if getattr(block, "type", "") == "text"]
+    parts = [block.text for block in result.content if block.type == "text"]
     if parts:
         return "\n".join(parts)
-    structured = getattr(result, "structured_content", None)
-    if structured is not None:
-        return json.dumps(structured, ensure_ascii=False, sort_keys=True)
-    kinds = sorted({getattr(block, "type", "?") for block in result.content})
+    if result.structured_content is not None:
+        return json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True)
+    kinds = sorted({block.type for block in result.content})
     return f"(the tool returned no text; content kinds: {', '.join(kinds) or 'none'})"
 
 

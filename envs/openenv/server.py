@@ -121,9 +121,7 @@ class TextEnvironment(Environment[TextAction, TextObservation, State]):
         self.task_id = self.config.task_id(index, split)
         self.turns, self.done = 0, False
         self._episode_id = episode_id or str(uuid4())
-        start = getattr(self.task, "start", None)
-        if callable(start):  # tasks that open an engine first (ALFWorld leases a worker)
-            await start()
+        await self.task.start()  # tasks that open an engine first (ALFWorld leases a worker)
         messages = list(self.task.initial_messages())
         self._stops = list(self.task.stop_sequences())
         return TextObservation(
@@ -305,10 +303,8 @@ def openenv_app(
 
 def release_app(app: FastAPI) -> None:
     """Release what the served config holds (ALFWorld's workers, say); idempotent."""
-    made = getattr(app.state, "agentenvs_config", None)
-    shutdown = getattr(made, "shutdown", None)
-    if callable(shutdown):
-        shutdown()
+    made: EnvConfig = app.state.agentenvs_config
+    made.shutdown()
 
 
 @contextmanager
