@@ -20,6 +20,7 @@ from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.mcp.client import MCPServerConfig
 from agentenvs.envs.rendered_env import Limits
 from agentenvs.envs.renderers import RendererKind
+from agentenvs.envs.requirements import Requirement, extra
 from agentenvs.envs.text import Message, TextEnv, TextStep
 from agentenvs.envs.types import SamplerStopReason, StopReason
 
@@ -45,6 +46,7 @@ class MCPToolsConfig(EnvConfig):
     default_renderer: ClassVar[RendererKind] = "chat"
     splits: ClassVar[tuple[str, ...]] = ("train", "test")
     needs_external_server: ClassVar[bool] = True
+    requires: ClassVar[tuple[Requirement, ...]] = extra("mcp", "mcp")
     """Its tools come from MCP server packages outside agentenvs: ``agentenvs demo``
     leaves it out unless asked for by name (``--env mcp_tools``)."""
 
