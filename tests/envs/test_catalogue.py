@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 
 import pytest
+from support.paths import REPO
 
 from agentenvs.envs.catalogue import ENVIRONMENTS, SHIPPED, EnvCard, env_card, load_config_class
 
@@ -56,3 +58,30 @@ def test_a_name_a_plugin_took_over_is_described_from_its_own_class(monkeypatch) 
     card = env_card("retool")
     assert card.reference == "agentenvs.envs.guess_number:GuessNumberConfig"
     assert card.gym_id == "agentenvs/GuessNumber-v0" and card.requires == ()
+
+
+README = (REPO / "README.md").read_text()
+
+
+def _section(title: str) -> str:
+    start = README.index(f"## {title}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start:end]
+
+
+def test_the_readme_lists_every_shipped_environment_with_its_gym_id() -> None:
+    table = _section("Environments")
+    for card in SHIPPED.values():
+        assert f"| `{card.name}` | `{card.gym_id}` |" in table, f"README lacks {card.name}"
+
+
+def test_every_extra_is_in_the_readme_and_every_install_names_one() -> None:
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    setup = _section("Set-up")
+    assert [e for e in extras if f"| `{e}` |" not in setup] == [], "README's extras table"
+    for card in SHIPPED.values():
+        for requirement in card.requires:
+            named = requirement.install.removeprefix("agentenvs[").removesuffix("]")
+            assert named in extras, f"{card.name}: {requirement.install} is no extra of ours"
