@@ -129,10 +129,11 @@ SHIPPED: dict[str, EnvCard] = {
 """The cards of the environments agentenvs ships, by name (checked against the classes)."""
 
 
-def env_card(name: str) -> EnvCard:
+def env_card(name: str, reference: str | None = None) -> EnvCard:
     """The card of a registered environment, with what it lacks here; a shipped card
-    when the name's entry point is still ours, otherwise its config is imported."""
-    reference = ENVIRONMENTS.reference(name)
+    when the name's entry point (``reference``, looked up when not given) is still
+    ours, otherwise its config is imported."""
+    reference = reference or ENVIRONMENTS.reference(name)
     card = SHIPPED.get(name)
     if card is None or card.reference != reference:
         try:
@@ -145,7 +146,7 @@ def env_card(name: str) -> EnvCard:
 
 def env_cards() -> list[EnvCard]:
     """Every registered environment's card, by name."""
-    return [env_card(name) for name in ENVIRONMENTS.names()]
+    return [env_card(name, ref) for name, ref in ENVIRONMENTS.references().items()]  # one scan
 
 
 def load_config_class(name: str) -> type[EnvConfig]:
