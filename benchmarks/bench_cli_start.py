@@ -125,7 +125,9 @@ def main() -> None:
                 "rollout", "guess_number", "--groups", "1", "--out", str(work / f"g{n}.jsonl"),
                 "--no-progress"],
             "`agentenvs --help`": lambda n: ["--help"],
+            "`agentenvs list --json`": lambda n: ["list", "--json"],
         }  # fmt: skip
+        no_tokenizer = {"`agentenvs --help`", "`agentenvs list --json`"}
         results: dict[tuple[str, str], Timing] = {}
         counter = 0
         for repeat in range(args.repeats):
@@ -139,7 +141,7 @@ def main() -> None:
                     timing.cpu.append(cpu)
                 # Before, in a fresh cache: the tokenizer is trained first.
                 cold = {**trees["before"], "AGENTENVS_CACHE": str(work / f"cold{counter}")}
-                if name != "`agentenvs --help`":
+                if name not in no_tokenizer:
                     counter += 1
                     wall, cpu = run([*python, *argv(counter)], cold, work)
                     timing = results.setdefault((name, "cold"), Timing())

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
+from agentenvs.envs.requirements import Requirement
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.types import (
     Env,
@@ -74,6 +75,11 @@ class EnvConfig(BaseModel):
     needs_external_server: ClassVar[bool] = False
     """Plays only against a server the user starts (an OpenEnv environment, MCP tools):
     ``agentenvs demo`` leaves it out unless named, since nothing here starts one."""
+    requires: ClassVar[tuple[Requirement, ...]] = ()
+    """Modules its episodes import beyond agentenvs' core, each with what installs it
+    (``extra("retool", "math_verify")``): ``agentenvs list`` says which are missing and
+    ``agentenvs rollout`` refuses to start without them. :meth:`requirements` may
+    narrow or widen it for one configuration."""
 
     @model_validator(mode="before")
     @classmethod
@@ -93,6 +99,19 @@ class EnvConfig(BaseModel):
     def demo_overrides(cls) -> dict[str, Any]:
         """Settings ``agentenvs demo`` applies to this environment (none by default)."""
         return {}
+
+    def shutdown(self) -> None:
+        """Release what this config holds for the whole process (default: nothing).
+
+        Episodes release their own resources (:meth:`TextEnv.close`); a config that
+        shares something across them (ALFWorld's engine processes) stops it here. A
+        server calls it when it stops; it must be idempotent, and the resource may
+        start again on next use."""
+
+    def requirements(self) -> tuple[Requirement, ...]:
+        """What this configuration's episodes import beyond the core (default:
+        :attr:`requires`); one whose settings choose a backend names that backend's."""
+        return self.requires
 
     def num_tasks(self, split: str = "train") -> int:
         raise NotImplementedError

@@ -13,9 +13,14 @@ from typing import Any
 import gymnasium
 from gymnasium import spaces
 
+from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.envs.text import Message, TextEnv
 
 _MAX_TEXT = 1_000_000
+
+
+class NoTasksError(AgentEnvsError, ValueError):
+    """The configured environment has no task to reset to (``mcp_tools`` without tasks)."""
 
 
 def _text(observation: str | Message | list[Message] | None) -> str:
@@ -44,11 +49,30 @@ class _UnicodeText(spaces.Text):
 
 
 class TextGymEnv(gymnasium.Env):
+    """A registered environment's episodes as gymnasium's ``Env`` (text in, text out).
+
+    ``gymnasium.make("agentenvs/<Name>-v0", **config)`` passes ``config`` to the
+    environment's :class:`~agentenvs.envs.config.EnvConfig` (``split`` chooses the
+    tasks); ``render_mode="ansi"`` is the one render mode (the transcript as text).
+    ``reset`` opens the task (:meth:`TextEnv.start`: an OpenEnv session, MCP servers)
+    and gives its prompt; ``options={"task_index": i}`` picks the task, otherwise the
+    seeded ``np_random`` does.
+    """
+
     metadata = {"render_modes": ["ansi"]}
 
-    def __init__(self, env_name: str, split: str = "train", **config: Any) -> None:
+    def __init__(
+        self,
+        env_name: str,
+        split: str = "train",
+        render_mode: str | None = None,
+        **config: Any,
+    ) -> None:
         from agentenvs.envs.registry import make
 
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode {render_mode!r}: agentenvs envs render 'ansi' only")
+        self.render_mode = render_mode
         self.env_name = env_name
         self.split = split
         self.config = make(env_name, **config)
@@ -66,18 +90,30 @@ class TextGymEnv(gymnasium.Env):
         super().reset(seed=seed)
         self._close_task()
         total = self.config.num_tasks(self.split)
+        if total <= 0:
+            raise NoTasksError(
+                f"environment {self.env_name!r} has no tasks in split {self.split!r}: give it "
+                f"some in the config (gymnasium.make(..., key=value); its keys: "
+                f"{', '.join(sorted(type(self.config).model_fields))})"
+            )
         index = (options or {}).get("task_index")
         if index is None:
             index = int(self.np_random.integers(total))
-        self._task = self.config.make_text_env(int(index), self.split)
-        messages = self._task.initial_messages()
+        task = self.config.make_text_env(int(index), self.split)
+        try:  # a task that connects first (OpenEnv, MCP tools) does it here
+            self._loop.run_until_complete(task.start())
+        except BaseException:
+            self._loop.run_until_complete(task.close())
+            raise
+        self._task = task
+        messages = task.initial_messages()
         self._turns = 0
         prompt = _text(messages[-1]) if messages else ""
         self._transcript = [prompt]
         info = {
             "messages": messages,
             "task_id": self.config.task_id(int(index), self.split),
-            "stop_sequences": self._task.stop_sequences(),
+            "stop_sequences": task.stop_sequences(),
         }
         return prompt, info
 

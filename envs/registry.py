@@ -11,6 +11,8 @@ where ``MyTaskConfig`` subclasses :class:`agentenvs.envs.config.EnvConfig`.
 An environment's module is imported only when it is asked for: :func:`env_names`
 reads the entry-point metadata alone, :func:`make` and :func:`config_class` load the
 one named, :func:`list_envs` (which needs each config's docstring) loads them all.
+What ``agentenvs list`` shows comes from :mod:`agentenvs.envs.catalogue` instead,
+which describes the shipped environments without importing them.
 """
 
 from __future__ import annotations
@@ -22,19 +24,17 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from agentenvs.envs.catalogue import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
+from agentenvs.envs.catalogue import ENVIRONMENTS as ENVIRONMENTS
+from agentenvs.envs.catalogue import GYM_NAMESPACE as GYM_NAMESPACE
+from agentenvs.envs.catalogue import UnknownEnvError as UnknownEnvError
+from agentenvs.envs.catalogue import gym_id_for, load_config_class
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.errors import AgentEnvsError
-from agentenvs.envs.references import Registry, UnknownNameError
 
-ENTRY_POINT_GROUP = "agentenvs.envs"
-GYM_NAMESPACE = "agentenvs"
 GYM_ENTRY_POINT = "agentenvs.envs.gym_adapter:TextGymEnv"
 
 logger = logging.getLogger(__name__)
-
-
-class UnknownEnvError(UnknownNameError):
-    """A name no installed package registers; the message lists the registered ones."""
 
 
 class EnvConfigError(AgentEnvsError, ValueError):
@@ -49,10 +49,6 @@ class EnvInfo:
     description: str
 
 
-ENVIRONMENTS = Registry("environment", entry_point_group=ENTRY_POINT_GROUP, unknown=UnknownEnvError)
-"""Every registered environment: name -> ``"module:ConfigClass"``, from the entry points."""
-
-
 def env_names() -> list[str]:
     """The registered environments' names, from the entry-point metadata (nothing loads)."""
     return ENVIRONMENTS.names()
@@ -60,21 +56,7 @@ def env_names() -> list[str]:
 
 def config_class(name: str) -> type[EnvConfig]:
     _register_if_gymnasium_loaded()
-    return _load(name)
-
-
-def _load(name: str) -> type[EnvConfig]:
-    cls = ENVIRONMENTS.load(name)
-    if not (isinstance(cls, type) and issubclass(cls, EnvConfig)):
-        raise TypeError(
-            f"entry point {name!r} ({ENVIRONMENTS.reference(name)}) must name an EnvConfig subclass"
-        )
-    return cls
-
-
-def gym_id_for(name: str, cls: type[EnvConfig]) -> str:
-    stem = cls.gym_name or "".join(part.capitalize() for part in name.split("_"))
-    return f"{GYM_NAMESPACE}/{stem}-v{cls.version}"
+    return load_config_class(name)
 
 
 def make(name: str, **config: Any) -> EnvConfig:
@@ -121,7 +103,7 @@ def _load_all() -> list[EnvInfo]:
     infos = []
     for name, reference in ENVIRONMENTS.references().items():
         try:
-            cls = _load(name)
+            cls = load_config_class(name)
         except Exception as err:  # a broken plugin must not hide the others
             logger.warning("environment %r could not be loaded: %s", name, err)
             continue

@@ -16,7 +16,6 @@ observation span was not put there by the template.
 from __future__ import annotations
 
 import dataclasses
-from abc import abstractmethod
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -114,6 +113,11 @@ class RenderedEnv(Env):
         self._prompt_too_long = False
 
     async def initial_observation(self) -> tuple[Observation, StopCondition]:
+        try:  # the task opens its connection first (declared: TextEnv.start)
+            await self.task.start()
+        except BaseException:  # a failed start leaves no server session behind
+            await self.close()
+            raise
         self.history = list(self.task.initial_messages())
         self.context = self.renderer.initial_tokens(self.history, self.task.tools())
         self._stops = list(self.task.stop_sequences())
@@ -319,29 +323,3 @@ class RenderedEnv(Env):
         if any(text.endswith(s) for s in self.stop_condition() if s):
             return tokens, "stop"
         return tokens + self.renderer.end_of_turn_tokens(), "eos"
-
-
-class ConnectedTextEnv(TextEnv):
-    """A text env whose episode lives behind a connection it must open first (an
-    OpenEnv session, MCP servers whose tool list the prompt renders)."""
-
-    @abstractmethod
-    async def start(self) -> None: ...
-
-    @abstractmethod
-    async def close(self) -> None: ...
-
-
-class ConnectedRenderedEnv(RenderedEnv):
-    """:class:`RenderedEnv` that opens its task's connection before rendering the prompt;
-    a failed open closes whatever it had opened, so no server session is left behind."""
-
-    task: ConnectedTextEnv
-
-    async def initial_observation(self) -> tuple[Observation, StopCondition]:
-        try:
-            await self.task.start()
-        except BaseException:
-            await self.task.close()
-            raise
-        return await super().initial_observation()

@@ -40,7 +40,52 @@ class TextStep:
 
 
 class TextEnv(ABC):
-    """One episode of task logic over text. Single-use, like :class:`Env`."""
+    """One episode of task logic over text. Single-use, like :class:`Env`.
+
+    Two methods are required: :meth:`initial_messages` (the prompt) and :meth:`step`
+    (answer one action). Everything else a driver may call is declared here, with a
+    default that means "not offered"; override what your task can do. The drivers
+    (:class:`~agentenvs.envs.rendered_env.RenderedEnv` for the token level, the
+    gymnasium adapter, the OpenEnv server) never look for undeclared attributes.
+
+    * :meth:`start`: open what the episode needs before its prompt exists (a server
+      session, MCP tools whose list the prompt shows, a leased game engine);
+    * :meth:`stop_sequences`, :meth:`tools`: what the sampler stops on, and the tool
+      specs the chat template renders;
+    * :meth:`on_limit`: score an episode a shared limit ended;
+    * :meth:`scripted_action`: the task's own scripted answer (demos, tests);
+    * :meth:`fork`: an independent copy, for tree rollouts;
+    * :meth:`close`: release per-episode resources; always called.
+
+    A driver calls them in this order: ``start``, ``initial_messages``, then ``step``
+    until one answers ``done`` (or a limit ends the episode), then ``close``::
+
+        class Echo(TextEnv):
+            def initial_messages(self):
+                return [{"role": "user", "content": "Say hi."}]
+
+            async def step(self, action_text, *, stop_reason):
+                return TextStep(reward=float("hi" in action_text.lower()), done=True)
+
+        env = Echo()
+        await env.start()
+        prompt = env.initial_messages()
+        result = await env.step("Hi!", stop_reason="eos")  # reward 1.0, done
+        await env.close()
+
+    Errors follow :class:`~agentenvs.envs.types.Env`: an exception fails the group and
+    is not retried; raise a :class:`~agentenvs.envs.errors.TransientError` for a
+    failure of the moment (a tool server that died), and the group is retried.
+    """
+
+    async def start(self) -> None:
+        """Open what the episode needs before its prompt (default: nothing).
+
+        Called once, before :meth:`initial_messages`, by every driver. Tasks whose
+        prompt comes from elsewhere connect here: an OpenEnv session (the prompt is its
+        reset answer), MCP servers (the prompt lists their tools), a game engine. If it
+        raises, the driver closes the env and the error stands (a
+        :class:`~agentenvs.envs.errors.TransientError` is retried)."""
 
     @abstractmethod
     def initial_messages(self) -> list[Message]:

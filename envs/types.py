@@ -114,6 +114,37 @@ class Env(ABC):
     the collector stores it with its traceback and does not retry it (a bug raises
     the same way on fresh envs). Raise :class:`TransientError` (or a subclass) for a
     failure of the moment, and the group is retried with fresh envs.
+
+    Most environments are written at the text level (:class:`~agentenvs.envs.text.TextEnv`,
+    rendered into this interface); one written in tokens, and the loop that drives it
+    (what the collector does, without retries and records)::
+
+        class CountDown(Env):  # the prompt is token 3; the model answers 2, then 1
+
+            def __init__(self) -> None:
+                self.context, self.expected = [3], 2
+
+            async def initial_observation(self):
+                return list(self.context), [0]  # the whole context; stop on token 0
+
+            async def step(self, action, *, extra=None):
+                self.context += action  # each observation extends the last one
+                right = action[:1] == [self.expected]
+                self.expected -= 1
+                done = not right or self.expected == 0
+                return StepResult(reward=float(right), episode_done=done,
+                                  next_observation=[] if done else list(self.context),
+                                  next_stop_condition=[0])
+
+        env = CountDown()
+        observation, stop = await env.initial_observation()
+        while True:
+            sampled = await policy(observation, stop)  # TokensWithLogprobs
+            result = await env.step(sampled.tokens, extra={"stop_reason": sampled.stop_reason})
+            if result.episode_done:
+                break
+            observation, stop = result.next_observation, result.next_stop_condition
+        await env.close()
     """
 
     @abstractmethod

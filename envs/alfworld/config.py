@@ -20,6 +20,7 @@ from agentenvs.envs.alfworld.scenes import TASK_TYPES
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
+from agentenvs.envs.requirements import Requirement, extra
 from agentenvs.envs.strings import SettableStrings
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.types import Metrics, Trajectory
@@ -63,6 +64,7 @@ class ALFWorldConfig(EnvConfig, SettableStrings):
     gym_name: ClassVar[str] = "ALFWorld"
     splits: ClassVar[tuple[str, ...]] = (*SPLITS, *SPLIT_ALIASES)
     default_renderer: ClassVar[RendererKind] = "chat"
+    requires: ClassVar[tuple[Requirement, ...]] = extra("alfworld", "alfworld", "textworld")
 
     data: str = Field(
         "auto",
@@ -273,5 +275,6 @@ class ALFWorldConfig(EnvConfig, SettableStrings):
 
 
 def _episode_metrics(env: TextEnv) -> Metrics:
-    metrics = getattr(env, "episode_metrics", None)
-    return metrics() if callable(metrics) else {}
+    from agentenvs.envs.alfworld.env import ALFWorldTextEnv
+
+    return env.episode_metrics() if isinstance(env, ALFWorldTextEnv) else {}

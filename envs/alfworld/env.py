@@ -54,9 +54,7 @@ from agentenvs.envs.tool_calls import ToolOutcome, step_logs
 from agentenvs.envs.tool_calls.sniff import foreign_attempts
 from agentenvs.envs.types import (
     ForkUnsupported,
-    Observation,
     SamplerStopReason,
-    StopCondition,
     StopReason,
 )
 
@@ -512,13 +510,9 @@ def anchor_key(observation: str) -> str:
 
 
 class ALFWorldEnv(RenderedEnv):
-    """RenderedEnv that starts the game first and has an asynchronous oracle."""
+    """RenderedEnv with an asynchronous oracle (the game starts in ``TextEnv.start``)."""
 
     task: ALFWorldTextEnv
-
-    async def initial_observation(self) -> tuple[Observation, StopCondition]:
-        await self.task.start()
-        return await super().initial_observation()
 
     async def scripted_action(  # type: ignore[override]
         self, variant: str = "oracle"

@@ -4,7 +4,9 @@
 them in the chat template's tool format (``{"type": "function", "function": {name,
 description, parameters}}``, what ``apply_chat_template(tools=...)`` takes). A call
 has its own timeout; its outcome (ok, error, timeout) comes back as data, never as
-an exception, because the model chose the call and a task scores what happened.
+an exception, because the model chose the call and a task scores what happened. The
+one exception is a server that is gone (:class:`MCPUnavailable`): nothing the model
+did, so the episode is not scored on it; the collector retries the group.
 
 Each server's ``mcp.Client`` lives in a task of its own for its whole life: the SDK
 holds anyio task groups, which must be entered and left by one task, while an
@@ -23,9 +25,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentenvs.envs.errors import AgentEnvsError, TransientError
 
+CONNECTION_CLOSED = -32000
+"""The SDK's error code for a connection that ended (``mcp_types.CONNECTION_CLOSED``)."""
+INTERNAL_ERROR = -32603
+"""JSON-RPC's code for a server that failed to handle a request (not a refusal of it)."""
+SERVER_FAILURES = frozenset({CONNECTION_CLOSED, INTERNAL_ERROR})
+"""Error codes that say the server could not serve the call: :class:`MCPUnavailable`."""
+
 
 class MCPUnavailable(TransientError, ConnectionError):
-    """An MCP server did not start or answer its handshake (of the moment: retried)."""
+    """An MCP server did not start, did not answer its handshake, or went away during
+    the episode: an infrastructure failure of the moment, so the collector retries the
+    group (and records it failed if it stays down), never scoring the model on it."""
 
 
 class MCPConfigError(AgentEnvsError, ValueError):
@@ -81,19 +92,34 @@ def result_text(result: Any) -> str:
     """The text a call result carries: its text blocks, else its structured content."""
     import json
 
-    parts = [block.text for block in result.content if getattr(block, "type", "") == "text"]
+    parts = [block.text for block in result.content if block.type == "text"]
     if parts:
         return "\n".join(parts)
-    structured = getattr(result, "structured_content", None)
-    if structured is not None:
-        return json.dumps(structured, ensure_ascii=False, sort_keys=True)
-    kinds = sorted({getattr(block, "type", "?") for block in result.content})
+    if result.structured_content is not None:
+        return json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True)
+    kinds = sorted({block.type for block in result.content})
     return f"(the tool returned no text; content kinds: {', '.join(kinds) or 'none'})"
 
 
 @dataclass
+class _Call:
+    name: str
+    arguments: dict[str, Any]
+    timeout: float
+    answer: asyncio.Future
+
+
+@dataclass
 class _Connection:
-    """One server's client, owned by the task :meth:`run` runs in."""
+    """One server's client, owned by the task :meth:`run` runs in.
+
+    A server that goes away (its process died, its HTTP endpoint stopped answering)
+    ends the connection: the call in flight and every later one raise
+    :class:`MCPUnavailable`, an infrastructure failure the collector retries, never a
+    tool error the model would be scored on. Over stdio the SDK reports it as a
+    ``Connection closed`` error; over streamable HTTP its cancel scope cancels this
+    task: neither reaches the caller as such.
+    """
 
     config: MCPServerConfig
     connect_timeout: float
@@ -110,33 +136,71 @@ class _Connection:
             target = StdioServerParameters(
                 command=str(self.config.command), args=self.config.args, env=self.config.env
             )
+        gone = "the connection ended"
         try:
             async with Client(target) as client:
                 listed = await client.list_tools()
                 if not self.ready.done():
                     self.ready.set_result(list(listed.tools))
                 while True:
-                    job = await self.requests.get()
-                    if job is None:
+                    call = await self.requests.get()
+                    if call is None:
                         return
-                    name, arguments, timeout, answer = job
-                    try:
-                        result = await asyncio.wait_for(client.call_tool(name, arguments), timeout)
-                    except BaseException as err:  # delivered to the caller, who sorts it
-                        if not answer.done():
-                            answer.set_exception(err)
-                        if isinstance(err, asyncio.CancelledError):
-                            raise
-                    else:
-                        if not answer.done():
-                            answer.set_result(result)
+                    if not await self._serve(client, call):
+                        return  # the server is gone: this connection serves nothing more
         except BaseException as err:
+            leaf = _first_leaf(err)
+            gone = f"{type(leaf).__name__}: {leaf}"
             if not self.ready.done():
                 self.ready.set_exception(
                     MCPUnavailable(f"MCP server {self.config.name!r} did not start: {err!r}")
                 )
             if not isinstance(err, Exception):
                 raise
+        finally:
+            self._fail_waiting(gone)
+
+    async def _serve(self, client: Any, call: _Call) -> bool:
+        """Run one call and answer it; False when the server turned out to be gone."""
+        from mcp import MCPError
+
+        try:
+            result = await asyncio.wait_for(
+                client.call_tool(call.name, call.arguments), call.timeout
+            )
+        except asyncio.CancelledError:  # the SDK tore the connection down (or close() did)
+            self._answer(call, error=self._unavailable(f"{call.name} was cut off"))
+            raise
+        except MCPError as err:
+            if err.code not in SERVER_FAILURES:  # the server refused this call: the model's
+                self._answer(call, error=err)
+                return True
+            self._answer(call, error=self._unavailable(f"{call.name}: {err.error.message}"))
+            return err.code != CONNECTION_CLOSED  # a closed connection serves nothing more
+        except Exception as err:  # a timeout, a bad argument: delivered to the caller
+            self._answer(call, error=err)
+            return True
+        self._answer(call, result=result)
+        return True
+
+    def _unavailable(self, what: str) -> MCPUnavailable:
+        return MCPUnavailable(f"MCP server {self.config.name!r} went away ({what})")
+
+    @staticmethod
+    def _answer(call: _Call, *, result: Any = None, error: BaseException | None = None) -> None:
+        if call.answer.done():
+            return
+        if error is not None:
+            call.answer.set_exception(error)
+        else:
+            call.answer.set_result(result)
+
+    def _fail_waiting(self, why: str) -> None:
+        """Calls still queued when the connection ends get :class:`MCPUnavailable`."""
+        while not self.requests.empty():
+            call = self.requests.get_nowait()
+            if call is not None:
+                self._answer(call, error=self._unavailable(why))
 
     async def open(self) -> list[Any]:
         self.ready = asyncio.get_running_loop().create_future()
@@ -153,20 +217,27 @@ class _Connection:
         if self.task is None or self.task.done():
             raise MCPUnavailable(f"MCP server {self.config.name!r} is not connected")
         answer = asyncio.get_running_loop().create_future()
-        await self.requests.put((name, arguments, timeout, answer))
+        self.requests.put_nowait(_Call(name, arguments, timeout, answer))
         return await answer
 
     async def close(self) -> None:
         task, self.task = self.task, None
         if task is None:
             return
-        await self.requests.put(None)
+        self.requests.put_nowait(None)
         try:
             await asyncio.wait_for(task, 10)
         except (TimeoutError, Exception):
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
+
+
+def _first_leaf(error: BaseException) -> BaseException:
+    """The first error inside (nested) exception groups: the one worth naming."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
 
 
 class MCPToolbox:
@@ -215,7 +286,7 @@ class MCPToolbox:
         except TimeoutError:
             seconds = time.monotonic() - started
             return ToolResult(f"Error: {name} timed out after {timeout:g}s", "timeout", seconds)
-        except MCPUnavailable:
+        except MCPUnavailable:  # a dead server is not the model's doing: retried, not scored
             raise
         except Exception as err:
             seconds = time.monotonic() - started

@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.mcp.client import MCPServerConfig
-from agentenvs.envs.rendered_env import ConnectedRenderedEnv, ConnectedTextEnv, Limits, RenderedEnv
-from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
+from agentenvs.envs.rendered_env import Limits
+from agentenvs.envs.renderers import RendererKind
+from agentenvs.envs.requirements import Requirement, extra
 from agentenvs.envs.text import Message, TextEnv, TextStep
 from agentenvs.envs.types import SamplerStopReason, StopReason
 
@@ -45,6 +46,7 @@ class MCPToolsConfig(EnvConfig):
     default_renderer: ClassVar[RendererKind] = "chat"
     splits: ClassVar[tuple[str, ...]] = ("train", "test")
     needs_external_server: ClassVar[bool] = True
+    requires: ClassVar[tuple[Requirement, ...]] = extra("mcp", "mcp")
     """Its tools come from MCP server packages outside agentenvs: ``agentenvs demo``
     leaves it out unless asked for by name (``--env mcp_tools``)."""
 
@@ -85,16 +87,12 @@ class MCPToolsConfig(EnvConfig):
         self.check_split(split)
         return MCPToolTask(self, self.tasks[task_index])
 
-    def make_env(self, task_index: int, tokenizer: Tokenizer, split: str = "train") -> RenderedEnv:
-        renderer = make_renderer(self.renderer_kind, tokenizer)
-        return MCPRenderedEnv(self.make_text_env(task_index, split), renderer, self.limits)
-
 
 def _normal(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
-class MCPToolTask(ConnectedTextEnv):
+class MCPToolTask(TextEnv):
     """One question, with an MCP tool layer opened by :meth:`start`."""
 
     def __init__(self, config: MCPToolsConfig, task: MCPTask) -> None:
@@ -159,10 +157,3 @@ class MCPToolTask(ConnectedTextEnv):
         layer, self.layer = self.layer, None
         if layer is not None:
             await layer.toolbox.close()
-
-
-class MCPRenderedEnv(ConnectedRenderedEnv):
-    """Opens the episode's MCP servers before the prompt (whose
-    tool list the chat template renders)."""
-
-    task: MCPToolTask

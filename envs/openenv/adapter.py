@@ -22,8 +22,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agentenvs.envs.errors import AgentEnvsError, TransientError
-from agentenvs.envs.rendered_env import ConnectedRenderedEnv, ConnectedTextEnv
-from agentenvs.envs.text import Message, TextStep
+from agentenvs.envs.rendered_env import RenderedEnv
+from agentenvs.envs.text import Message, TextEnv, TextStep
 from agentenvs.envs.types import SamplerStopReason, StopReason
 
 if TYPE_CHECKING:
@@ -93,9 +93,9 @@ def observation_text(observation: dict[str, Any], field: str | None) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-class OpenEnvTextEnv(ConnectedTextEnv):
+class OpenEnvTextEnv(TextEnv):
     """One episode of an OpenEnv environment over text. :meth:`start` must run first
-    (the prompt is the server's reset answer); :class:`OpenEnvRenderedEnv` does that."""
+    (the prompt is the server's reset answer); every driver runs it (``TextEnv.start``)."""
 
     def __init__(self, config: OpenEnvConfig, seed: int) -> None:
         self.config = config
@@ -220,8 +220,8 @@ class OpenEnvTextEnv(ConnectedTextEnv):
             await client.disconnect()
 
 
-class OpenEnvRenderedEnv(ConnectedRenderedEnv):
-    """Opens the OpenEnv session before rendering the prompt."""
+class OpenEnvRenderedEnv(RenderedEnv):
+    """An OpenEnv episode at the token level, named for its server in messages."""
 
     task: OpenEnvTextEnv
 

@@ -19,6 +19,7 @@ from pydantic import Field, field_validator
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
+from agentenvs.envs.requirements import Requirement, extra
 from agentenvs.envs.text import TextEnv
 
 DEFAULT_INSTRUCTIONS = (
@@ -35,6 +36,7 @@ class OpenEnvConfig(EnvConfig):
     gym_name: ClassVar[str] = "OpenEnv"
     default_renderer: ClassVar[RendererKind] = "chat"
     needs_external_server: ClassVar[bool] = True
+    requires: ClassVar[tuple[Requirement, ...]] = extra("openenv", "openenv")
     """Its episodes play on an OpenEnv server someone else starts: ``agentenvs demo``
     leaves it out unless asked for by name (``--env openenv``)."""
 

@@ -17,7 +17,8 @@ limits that can be judged on text: ``limits.max_turns`` and a cut-off action
 Sessions: OpenEnv keeps state only in a WebSocket session (one episode at a time per
 connection, a new ``reset`` starts the next). Its HTTP ``/reset`` makes a fresh env
 and closes it after answering, so it shows a prompt; HTTP ``/step`` has no episode to
-step and answers 409 saying so.
+step and answers 409 saying so. A session whose client leaves mid-step is cancelled
+(:class:`_SessionGuard`): its step stops and its env is closed.
 """
 
 from __future__ import annotations
@@ -121,9 +122,7 @@ class TextEnvironment(Environment[TextAction, TextObservation, State]):
         self.task_id = self.config.task_id(index, split)
         self.turns, self.done = 0, False
         self._episode_id = episode_id or str(uuid4())
-        start = getattr(self.task, "start", None)
-        if callable(start):  # tasks that open an engine first (ALFWorld leases a worker)
-            await start()
+        await self.task.start()  # tasks that open an engine first (ALFWorld leases a worker)
         messages = list(self.task.initial_messages())
         self._stops = list(self.task.stop_sequences())
         return TextObservation(
@@ -250,10 +249,18 @@ class TextEnvironment(Environment[TextAction, TextObservation, State]):
         )
 
 
-class _QuietClose:
-    """OpenEnv's ``/ws`` handler closes the socket after the client has closed it, which
-    raises ``WebSocketDisconnect`` into uvicorn's error log at the end of every session;
-    the session is over either way, so that one exception is dropped here."""
+class _SessionGuard:
+    """Around OpenEnv's ``/ws`` handler: a session ends when its client leaves.
+
+    OpenEnv's handler awaits a whole step before it reads the socket again, so a client
+    that left mid-step (closed, crashed, cut off) went unnoticed until the step ended:
+    a ReTool program of minutes ran to its end for nobody. Here the socket is read
+    ahead; a disconnect that arrives while the handler is busy cancels it, so the step
+    is cancelled (a sandbox program is stopped with its worker) and OpenEnv's own
+    cleanup closes the session. A disconnect the handler is waiting for is delivered
+    as usual, and the ``WebSocketDisconnect`` OpenEnv raises closing an already closed
+    socket at the end of every session is dropped (the session is over either way).
+    """
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -264,8 +271,46 @@ class _QuietClose:
             return
         from starlette.websockets import WebSocketDisconnect
 
-        with contextlib.suppress(WebSocketDisconnect):
-            await self.app(scope, receive, send)
+        inbox: asyncio.Queue = asyncio.Queue()
+        waiting = 0  # the handler is blocked reading the socket
+        left = False
+
+        async def queued_receive() -> Any:
+            nonlocal waiting
+            waiting += 1
+            try:
+                return await inbox.get()
+            finally:
+                waiting -= 1
+
+        async def guarded() -> None:
+            with contextlib.suppress(WebSocketDisconnect):
+                await self.app(scope, queued_receive, send)
+
+        handler = asyncio.ensure_future(guarded())
+
+        async def read_ahead() -> None:
+            nonlocal left
+            while True:
+                message = await receive()
+                inbox.put_nowait(message)
+                if message["type"] == "websocket.disconnect":
+                    if not waiting and not handler.done():
+                        left = True
+                        handler.cancel()  # the step in flight is for nobody now
+                    return
+
+        reader = asyncio.ensure_future(read_ahead())
+        try:
+            await asyncio.wait([handler])
+            if not left:
+                handler.result()  # the handler's own errors stand
+            elif not handler.cancelled() and handler.exception() is not None:
+                logger.debug("a session whose client left ended with %r", handler.exception())
+        finally:
+            for task in (handler, reader):
+                task.cancel()
+            await asyncio.gather(handler, reader, return_exceptions=True)
 
 
 def openenv_app(
@@ -296,7 +341,7 @@ def openenv_app(
             max_concurrent_envs=max_sessions, session_timeout=session_timeout
         ),
     )
-    app.add_middleware(_QuietClose)
+    app.add_middleware(_SessionGuard)
     app.title = f"agentenvs {env_name} (OpenEnv protocol)"
     app.state.agentenvs_config = made
     app.router.on_shutdown.append(lambda: release_app(app))
@@ -305,10 +350,8 @@ def openenv_app(
 
 def release_app(app: FastAPI) -> None:
     """Release what the served config holds (ALFWorld's workers, say); idempotent."""
-    made = getattr(app.state, "agentenvs_config", None)
-    shutdown = getattr(made, "shutdown", None)
-    if callable(shutdown):
-        shutdown()
+    made: EnvConfig = app.state.agentenvs_config
+    made.shutdown()
 
 
 @contextmanager

@@ -27,6 +27,7 @@ from pydantic import Field, model_validator
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
+from agentenvs.envs.requirements import Requirement, extra
 from agentenvs.envs.retool.output import ErrorDetail, OutputPolicy, ToolOutput
 from agentenvs.envs.retool.problems import SHIPPED_PROBLEMS, DataFormat, Problem, load_problems
 from agentenvs.envs.retool.prompts import STRINGS
@@ -79,6 +80,8 @@ class ReToolConfig(EnvConfig, SettableStrings, JudgedConfig):
     gym_name: ClassVar[str] = "ReTool"
     splits: ClassVar[tuple[str, ...]] = ("train", *sorted(EVAL_SPLITS))
     default_renderer: ClassVar[RendererKind] = "continuation"
+    requires: ClassVar[tuple[Requirement, ...]] = extra("retool", "math_verify")
+    """The default grader's; :meth:`requirements` adds a docker sandbox's client."""
 
     protocol: Protocol = Field(
         "retool", description="retool: <code>/<interpreter> text; tool_call: Hermes tool calls."
@@ -221,6 +224,12 @@ class ReToolConfig(EnvConfig, SettableStrings, JudgedConfig):
             path = self.eval_data_path
         problems = load_problems(path, self.data_format)
         return problems[: self.max_problems] if self.max_problems else problems
+
+    def requirements(self) -> tuple[Requirement, ...]:
+        """``math_verify`` when it grades, the docker client for a docker sandbox."""
+        grading = self.requires if self.grader == "math_verify" else ()
+        docker = extra("docker", "docker") if self.sandbox.backend == "docker" else ()
+        return grading + docker
 
     def num_tasks(self, split: str = "train") -> int:
         return len(self.problems(split))

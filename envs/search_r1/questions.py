@@ -44,13 +44,19 @@ class QATask:
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
+def _plain(value: Any) -> Any:
+    """A numpy array (what pandas gives for a parquet list column) as a list."""
+    import numpy as np
+
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
 def _as_answers(value: Any) -> list[str] | None:
     if value is None:
         return None
     if isinstance(value, str):
         return [value]
-    if hasattr(value, "tolist"):  # numpy arrays from parquet readers
-        value = value.tolist()
+    value = _plain(value)
     if isinstance(value, list | tuple):
         return [str(v) for v in value]
     return [str(value)]
@@ -70,8 +76,7 @@ def _golden(row: dict[str, Any]) -> list[str] | None:
 def _prompt_text(prompt: Any) -> str | None:
     if isinstance(prompt, str):
         return prompt
-    if hasattr(prompt, "tolist"):
-        prompt = prompt.tolist()
+    prompt = _plain(prompt)
     if isinstance(prompt, list):
         users = [
             m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"

@@ -22,7 +22,12 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
 
-from agentenvs.envs.search_r1.retrievers.base import Passage, Retriever, RetrieverError
+from agentenvs.envs.search_r1.retrievers.base import (
+    BlockingSearch,
+    Passage,
+    Retriever,
+    RetrieverError,
+)
 from agentenvs.envs.search_r1.retrievers.batching import TopKBatcher
 from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
 
@@ -87,8 +92,7 @@ class BatchedBackend:
     def __init__(self, retriever: Retriever, config: RetrieverConfig) -> None:
         self.retriever = retriever
         self.config = config
-        sync = getattr(retriever, "search_sync", None)
-        self._sync = sync if callable(sync) else None
+        self._sync = retriever.search_sync if isinstance(retriever, BlockingSearch) else None
         self._batcher: TopKBatcher[Passage] = TopKBatcher(
             self._search_at_k,
             max_batch=config.batch_size,
@@ -132,7 +136,7 @@ def create_app(
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        size = len(retriever) if hasattr(retriever, "__len__") else None  # type: ignore[arg-type]
+        size = retriever.document_count()
         return {"status": "ok", "backend": backend_name or config.kind, "documents": size}
 
     return app

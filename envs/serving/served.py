@@ -27,15 +27,13 @@ class ServedEnvs:
     classes: Mapping[str, type[EnvConfig]] = field(default_factory=dict)
     """Config classes to host by name beside (or instead of) the registry's."""
     _datasets: OrderedDict[str, list[EnvGroupBuilder]] = field(default_factory=OrderedDict)
-    _configs: list[Any] = field(default_factory=list)
+    _configs: list[EnvConfig] = field(default_factory=list)
 
     def shutdown(self) -> None:
         """Stop what the configs made hold (ALFWorld's engine processes)."""
         for config in self._configs:
-            stop = getattr(config, "shutdown", None)
-            if callable(stop):
-                with contextlib.suppress(Exception):
-                    stop()
+            with contextlib.suppress(Exception):
+                config.shutdown()
 
     def builders(self, request: DatasetRequest) -> list[EnvGroupBuilder]:
         """The dataset's builders, made once per distinct request (the cache is small)."""

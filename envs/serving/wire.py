@@ -16,12 +16,18 @@ bytes on the wire, as it does in the store.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 API_VERSION = 1
 """Bumped when an endpoint's shape changes; ``/v1/info`` says it."""
+
+
+TokenId = Annotated[int, Field(ge=0, le=2**63 - 1)]
+"""A token id as every tokenizer and tensor holds one: not negative, within int64. An id
+past the vocabulary is the env's to judge (``RenderedEnv`` ends such an episode with
+``out_of_vocabulary``); one no tokenizer can hold is refused here, a 422 naming it."""
 
 
 class _Body(BaseModel):
@@ -66,7 +72,7 @@ class StepRequest(_Body):
     sent twice (the client lost the answer) is answered from the server's copy,
     never played twice; a step out of order is refused (409)."""
 
-    action: list[int]
+    action: list[TokenId]
     stop_reason: Literal["stop", "eos", "length"] = "stop"
     turn: int = Field(ge=0)
 

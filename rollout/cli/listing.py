@@ -1,5 +1,11 @@
-"""``agentenvs list``: every registered environment (with its presets), and why an
-unloadable one fails."""
+"""``agentenvs list``: every registered environment (with its presets), what it needs
+that is not installed (and the ``pip install`` line that brings it), and why an
+unloadable one fails.
+
+It reads the registry's metadata and the cards of the shipped environments
+(:mod:`agentenvs.envs.catalogue`), so it imports no environment: a config is imported
+only for an entry point without a card (a plugin).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from agentenvs.rollout.cli.common import one_line, out
+from agentenvs.rollout.cli.common import out
 
 
 @dataclass
@@ -22,35 +28,37 @@ class EnvRow:
     description: str
     available: bool
     error: str | None = None
+    """Why it cannot run here: its import error, or what it needs (with the install line)."""
     presets: list[str] = field(default_factory=list)
     """The environment's own presets (``--set preset=NAME``; ``agentenvs preset show NAME``)."""
+    missing: list[str] = field(default_factory=list)
+    """Modules it needs that are not installed (``EnvConfig.requires``)."""
+    install: str | None = None
+    """The command that installs them: ``pip install 'agentenvs[retool]'``."""
 
 
 def registered_envs() -> list[EnvRow]:
     """Every entry point of the ``agentenvs.envs`` group, loadable or not."""
-    from agentenvs.envs.registry import ENVIRONMENTS, config_class, list_envs
+    from agentenvs.envs.catalogue import env_cards
+    from agentenvs.envs.requirements import install_line
 
-    rows = {
-        info.name: EnvRow(
-            info.name,
-            info.gym_id,
-            info.target,
-            info.description,
-            True,
-            presets=sorted(config_class(info.name).presets),
+    rows = []
+    for card in env_cards():
+        gone = list(card.missing)
+        rows.append(
+            EnvRow(
+                card.name,
+                card.gym_id or None,
+                card.reference,
+                card.summary,
+                card.available,
+                card.why_unavailable(),
+                list(card.presets),
+                [r.module for r in gone],
+                install_line(gone) if gone else None,
+            )
         )
-        for info in list_envs()
-    }
-    for name, reference in ENVIRONMENTS.references().items():
-        if name in rows:
-            continue
-        try:
-            config_class(name)
-            problem = "loads now but failed during listing"
-        except Exception as error:
-            problem = one_line(f"{type(error).__name__}: {error}")
-        rows[name] = EnvRow(name, None, reference, "", False, problem)
-    return [rows[name] for name in sorted(rows)]
+    return rows
 
 
 def list_command(
@@ -83,6 +91,8 @@ def _presets(row: EnvRow) -> str:
 
 
 def _table(rows: list[EnvRow]) -> Table:
+    from rich.markup import escape
+
     table = Table(title="agentenvs environments")
     table.add_column("name", no_wrap=True)
     table.add_column("gym id", no_wrap=True)
@@ -94,13 +104,22 @@ def _table(rows: list[EnvRow]) -> Table:
             table.add_row(
                 row.name, row.gym_id or "", row.entry_point, _presets(row), row.description
             )
+        elif row.missing:  # described, but it cannot run here until its extra is installed
+            table.add_row(
+                f"[dim]{row.name}[/dim]",
+                row.gym_id or "",
+                f"[dim]{row.entry_point}[/dim]",
+                _presets(row),
+                f"{escape(row.description)} [red]needs {', '.join(row.missing)}:[/red] "
+                f"{escape(row.install or '')}",
+            )
         else:
             table.add_row(
                 f"[dim]{row.name}[/dim]",
                 "",
                 f"[dim]{row.entry_point}[/dim]",
                 "",
-                f"[red]not loadable:[/red] {row.error}",
+                f"[red]not loadable:[/red] {escape(row.error or '')}",
             )
     return table
 
@@ -116,8 +135,11 @@ def _print_narrow(rows: list[EnvRow]) -> None:
         head = Text(row.name, style="bold" if row.available else "dim")
         head.append(f"  {row.gym_id}" if row.gym_id else "  (not loadable)")
         out.print(head)
-        about = row.description if row.available else f"not loadable: {row.error}"
+        about = row.description if row.gym_id else f"not loadable: {row.error}"
         out.print(Padding(Text(about), (0, 0, 0, 2)))
+        if row.missing:
+            needs = f"needs {', '.join(row.missing)}: {row.install}"
+            out.print(Padding(Text(needs, style="red"), (0, 0, 0, 2)))
         if row.presets:
             out.print(Padding(Text(f"presets {_presets(row)}"), (0, 0, 0, 2)))
         out.print(Padding(Text(f"entry point {row.entry_point}", style="dim"), (0, 0, 0, 2)))

@@ -7,7 +7,9 @@ not a tokenizer load and a round of retried groups.
 * that each policy server answers at all (:func:`probe_servers`): a dead server
   fails the run in seconds instead of retrying every request of every group;
 * that the scripted policy's ``variant`` exists for this environment
-  (:func:`check_scripted_variant`), asked of one episode before the run.
+  (:func:`check_scripted_variant`), asked of one episode before the run;
+* that the modules the environment declares are installed (:func:`check_requirements`),
+  naming the ``pip install`` line that brings them.
 """
 
 from __future__ import annotations
@@ -34,6 +36,16 @@ def check_policy(name: str, options: dict[str, Any]) -> None:
         if name == "openai" and "url" not in options:
             hint = f"pass the server's address: --policy-opt url={URL_EXAMPLE} (or --url)"
         raise CLIError(f"--policy {name}: {message}; {hint}") from None
+
+
+def check_requirements(config: Any) -> None:
+    """Refuse an environment whose declared modules (``EnvConfig.requirements()``) are
+    not installed, before a tokenizer loads or a group fails on the missing import."""
+    from agentenvs.envs.requirements import missing, missing_message
+
+    gone = missing(config.requirements())
+    if gone:
+        raise CLIError(missing_message(config.env_name, gone))
 
 
 def route_url(url: str | None, *, policy: str, sandbox: str | None) -> tuple[list[str], str | None]:

@@ -89,6 +89,8 @@ def run_rollout(
     options = dict(policy_options or {})
     preflight.check_policy(policy_name, options)  # before a tokenizer loads (seconds)
     config = make(env_name, **(config_overrides or {}))
+    if not env_servers:  # a missing extra, named before anything runs (remote envs: theirs)
+        preflight.check_requirements(config)
     try:
         config.check_split(split)
     except ValueError as error:

@@ -155,3 +155,73 @@ def test_gymnasium_imported_later_gets_the_ids_on_the_first_lookup() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["train/3"]
+
+
+# ---- every registered id passes gymnasium's own checker (issue 46) ---------------------------
+
+
+@pytest.fixture(scope="module")
+def openenv_url():
+    """Our guess_number served over OpenEnv on 127.0.0.1, for agentenvs/OpenEnv-v0."""
+    from agentenvs.envs.openenv.server import serve_openenv
+
+    with serve_openenv("guess_number") as running:
+        yield running.url
+
+
+@pytest.fixture(scope="module")
+def mcp_url():
+    """A real MCP server (the SDK's MCPServer) over streamable HTTP, for MCPTools-v0."""
+    from support.mcp_mortal_server import mortal_server
+
+    from agentenvs.envs.openenv.running import serve_app
+
+    with serve_app(mortal_server().streamable_http_app()) as running:
+        yield f"{running.url}/mcp"
+
+
+def config_for(name: str, request: pytest.FixtureRequest) -> dict:
+    """What each environment needs to play here; the servers come from fixtures."""
+    if name == "openenv":
+        return {"url": request.getfixturevalue("openenv_url")}
+    if name == "mcp_tools":
+        task = {"prompt": "What is 2 + 3? Use the add tool.", "answer": "5"}
+        return {"servers": [{"name": "tools", "url": request.getfixturevalue("mcp_url")}],
+                "tasks": [task]}  # fmt: skip
+    if name == "alfworld":
+        return {"data": "shipped"}
+    return {}
+
+
+@pytest.mark.services
+@pytest.mark.filterwarnings("ignore:.*render fps")  # text has no frame rate
+@pytest.mark.parametrize("name", envs.env_names())
+def test_every_registered_id_passes_the_gymnasium_env_checker(name, request) -> None:
+    """Before: OpenEnv-v0 and MCPTools-v0 never opened their session (reset did not await
+    the task's start), and every id failed the checker's render_mode probe."""
+    from gymnasium.utils.env_checker import check_env
+
+    config = config_for(name, request)
+    needs = envs.config_class(name).needs_external_server
+    assert config or not needs, f"{name} needs a server: start one in a fixture here"
+    gym_id = envs.registry.gym_id_for(name, envs.config_class(name))
+    env = gymnasium.make(gym_id, **config)
+    try:
+        check_env(env.unwrapped)
+        prompt, _ = env.reset(seed=0)
+        assert prompt.strip(), "an empty prompt"
+        assert env.unwrapped.render_mode is None
+    finally:
+        env.close()
+
+
+def test_an_env_with_no_tasks_says_so_at_reset() -> None:
+    """Before: ``ValueError: high <= 0`` from numpy for the default MCPTools config."""
+    from agentenvs.envs.gym_adapter import NoTasksError
+
+    env = gymnasium.make("agentenvs/MCPTools-v0")
+    try:
+        with pytest.raises(NoTasksError, match="'mcp_tools' has no tasks in split 'train'"):
+            env.reset(seed=0)
+    finally:
+        env.close()

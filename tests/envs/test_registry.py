@@ -9,7 +9,7 @@ from importlib.metadata import EntryPoint
 import pytest
 
 import agentenvs.envs as envs
-from agentenvs.envs import registry
+from agentenvs.envs import catalogue, registry
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.references import Registry
 
@@ -73,6 +73,7 @@ def _with_extra_points(monkeypatch, *points: EntryPoint) -> None:
     table = {**registry.ENVIRONMENTS.references(), **{p.name: p.value for p in points}}
     widened = Registry("environment", table, unknown=registry.UnknownEnvError)
     monkeypatch.setattr(registry, "ENVIRONMENTS", widened)
+    monkeypatch.setattr(catalogue, "ENVIRONMENTS", widened)  # where it is defined
 
 
 def test_entry_point_that_is_not_a_config_is_refused(monkeypatch) -> None:

@@ -64,6 +64,8 @@ def test_cli_lists_the_plugin_only_when_installed(plugin_site, tmp_path) -> None
         "available": True,
         "error": None,
         "presets": [],
+        "missing": [],
+        "install": None,
     }
     without = _run([str(AGENTENVS), "list", "--json"], None, tmp_path)
     assert without.returncode == 0, without.stderr

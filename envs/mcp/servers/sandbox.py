@@ -4,6 +4,15 @@ Each call is one program in a fresh sandboxed process (the local bubblewrap back
 by default, :mod:`agentenvs.sandbox`), with the sandbox's limits: wall time, memory,
 output size. The answer says how the run ended (ok, error, timeout, memory...) and
 gives stdout and stderr, so an agent reads a failure as text, as ReTool's model does.
+
+Three kinds of answer, so a client can tell the program's failure from the sandbox's:
+
+* the program ran and exited cleanly: the text, ``isError: false``;
+* the program failed (an exception, a crash, a timeout, the memory or output limit):
+  the same text with ``isError: true`` (a tool execution error, the model's to read);
+* the sandbox could not run it (a worker that died, a backend that cannot start): a
+  JSON-RPC error (``INTERNAL_ERROR``), which agentenvs' client treats as the server
+  being unavailable (retried), never as something the model did.
 """
 
 from __future__ import annotations
@@ -51,9 +60,20 @@ def sandbox_server(config: SandboxConfig | None = None) -> MCPServer:
         return held["sandbox"]
 
     async def run(code: str, language: str, timeout: float | None) -> str:
+        from mcp import MCPError
+        from mcp_types import INTERNAL_ERROR
+
+        from agentenvs.sandbox.base import ExecStatus
+
         if timeout is not None and timeout <= 0:
             raise ToolError(f"timeout must be positive seconds, not {timeout}")
         result = await (await sandbox()).run(code, timeout=timeout, language=language)
+        if result.status == ExecStatus.SANDBOX_ERROR:
+            raise MCPError(
+                INTERNAL_ERROR, f"the sandbox could not run the program: {result.message}"
+            )
+        if not result.ok:
+            raise ToolError(describe(result))
         return describe(result)
 
     @server.tool(

@@ -215,6 +215,9 @@ class BM25Retriever(Retriever):
     def __len__(self) -> int:
         return self.num_docs
 
+    def document_count(self) -> int:
+        return self.num_docs
+
     def search_sync(self, queries: list[str], topk: int) -> list[list[Passage]]:
         """Blocking search (the server and benchmarks call this from worker threads).
 

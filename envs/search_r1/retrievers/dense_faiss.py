@@ -82,7 +82,7 @@ def tune_search(index: Any, *, ef_search: int | None = None, nprobe: int | None 
     import faiss
 
     real = faiss.downcast_index(index)
-    if ef_search is not None and hasattr(real, "hnsw"):
+    if ef_search is not None and isinstance(real, faiss.IndexHNSW):
         real.hnsw.efSearch = int(ef_search)
     if nprobe is not None:
         with contextlib.suppress(RuntimeError):  # not an IVF index

@@ -18,8 +18,10 @@ from support.search_r1_helpers import (
     start_slow_server,
 )
 
+from agentenvs.envs.errors import is_transient
 from agentenvs.envs.search_r1.config import SearchR1Config
 from agentenvs.envs.search_r1.retrievers import RetrieverConfig, RetrieverError, make_retriever
+from agentenvs.envs.search_r1.retrievers.base import RetrieverUnavailable
 from agentenvs.envs.search_r1.retrievers.http import HttpRetriever, parse_response
 
 pytestmark = pytest.mark.timeout(120)  # a hang is a failure, not a stuck CI run
@@ -101,16 +103,28 @@ async def test_dead_server_gives_a_clear_error(tmp_path, tokenizer):
     srv = start_cli_server(port, tmp_path / "server.log")
     cfg = http_config(srv.url, timeout_s=2, max_retries=2, retry_backoff_s=0.05)
     retriever = make_retriever(cfg, cached=False)
+    live = SearchR1Config(retriever=cfg.model_dump()).make_env(0, tokenizer)
     try:
         assert len((await retriever.search(["Peverell"], 3))[0]) == 3
-        srv.stop()  # killed mid-run
+        await live.initial_observation()
+        tokens, stop = live.scripted_action("oracle")  # type: ignore[misc]
+        first = await live.step(tokens, extra={"stop_reason": stop})  # a search, answered
+        assert not first.episode_done and first.metrics["searches"] == 1
+        srv.stop()  # killed mid-run, and mid-episode
         with pytest.raises(
             RetrieverError, match=rf"127\.0\.0\.1:{port}/retrieve is unavailable after 3"
         ):
             await retriever.search(["Peverell"], 3)
+        # The episode's next search fails the rollout as transient (issue 46): the
+        # collector retries the group rather than scoring a search that never ran.
+        tokens, stop = live.scripted_action("oracle")  # type: ignore[misc]
+        with pytest.raises(RetrieverUnavailable) as raised:
+            await live.step(tokens, extra={"stop_reason": stop})
+        assert is_transient(raised.value)
     finally:
         srv.stop()
         await retriever.close()
+        await live.close()
 
     # In an env: by default the rollout fails (the collector retries or reports the group) ...
     env_cfg = SearchR1Config(retriever=cfg.model_dump())

@@ -128,6 +128,22 @@ def test_refusals_name_what_is_wrong(server) -> None:
         assert skipped.status_code == 409 and "body.turn" in skipped.json()["detail"]
 
 
+@pytest.mark.parametrize("token_id", [-1, 2**63, 10**30])
+def test_a_token_id_no_tokenizer_has_is_a_422_naming_the_field(server, token_id) -> None:
+    """Before: a negative or past-int64 id reached the env's decoder and came back as a
+    500 ``env_error`` blamed on the environment (issue 46)."""
+    with httpx.Client(base_url=server) as client:
+        env_id = _open(client)["envs"][0]["env_id"]
+        client.post(f"/v1/envs/{env_id}/initial_observation").raise_for_status()
+        bad = client.post(f"/v1/envs/{env_id}/step", json={"action": [5, token_id], "turn": 0})
+        assert bad.status_code == 422, bad.text
+        assert bad.json()["fields"] == ["body.action.1"] and bad.json()["error"] == "bad_request"
+        # Nothing was played: the same turn still takes a real action.
+        action = client.post(f"/v1/envs/{env_id}/scripted_action", json={}).json()["answer"]
+        good = client.post(f"/v1/envs/{env_id}/step", json={"action": action["tokens"], "turn": 0})
+        assert good.status_code == 200
+
+
 def test_a_step_sent_twice_is_played_once(server) -> None:
     with httpx.Client(base_url=server) as client:
         env_id = _open(client)["envs"][0]["env_id"]
