@@ -14,6 +14,9 @@ training sample (``rollout/data/samples.py`` splits at the breaks the logs name)
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import copy
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +62,25 @@ class GatewayOptions:
             "max_tokens": self.max_tokens,
             "model_name": self.model_name,
         }
+
+
+_PROVENANCE: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def _base_provenance(tokenizer: Any) -> dict[str, Any]:
+    """The tokenizer's part of the records' provenance, once per tokenizer: hashing a
+    150k-token vocabulary costs most of a second."""
+    try:
+        cached = _PROVENANCE.get(tokenizer)
+    except TypeError:  # not weak-referenceable
+        cached = None
+    if cached is None:
+        cached = build_provenance(
+            tokenizer=tokenizer, env_name=ENV_NAME, policy=PolicyIdentity(kind="gateway")
+        )
+        with contextlib.suppress(TypeError):
+            _PROVENANCE[tokenizer] = cached
+    return copy.deepcopy(cached)
 
 
 class PolicyRunner:
@@ -111,9 +133,7 @@ class PolicyGateway:
             group_size=1,
             tokenizer=tokenizer,
         )
-        provenance = build_provenance(
-            tokenizer=tokenizer, env_name=ENV_NAME, policy=PolicyIdentity(kind="gateway")
-        )
+        provenance = _base_provenance(tokenizer)
         provenance["env"].update(
             {"renderer": "chat", "protocol": "gateway", "config": self.description.config}
         )
