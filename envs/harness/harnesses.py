@@ -1,0 +1,144 @@
+"""How each agent harness is started against its gateway session, offline.
+
+Every harness gets a local base URL (the relay inside its jail, which leads to its
+episode's gateway session), a dummy key, and every switch its makers document for
+telemetry, error reports and update checks turned off; there is no network in the
+jail anyway, so what is not switched off fails fast instead of phoning home.
+
+The harnesses themselves are installed by ``make harnesses`` under one folder
+(``.harnesses``: a Python venv for mini-swe-agent, an npm prefix with a Node 22 for the
+others); :class:`Installed` finds them there. docs/harnesses/ has a page per harness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.envs.harness.jail import APP, HOME, RELAY_PORT
+
+BASE_URL = f"http://127.0.0.1:{RELAY_PORT}"
+"""The gateway as the harness sees it, inside its jail."""
+DUMMY_KEY = "sk-agentenvs-offline"
+HARNESSES_VAR = "AGENTENVS_HARNESSES"
+
+
+class HarnessNotInstalled(AgentEnvsError, RuntimeError):
+    """The harness is not where ``make harnesses`` puts it."""
+
+
+@dataclass(frozen=True)
+class Installed:
+    """Where ``make harnesses`` installed the harnesses."""
+
+    root: Path
+
+    @classmethod
+    def find(cls, root: str | Path | None = None) -> Installed:
+        """``root``, else ``$AGENTENVS_HARNESSES``, else ``./.harnesses``."""
+        return cls(Path(root or os.environ.get(HARNESSES_VAR) or ".harnesses").resolve())
+
+    @property
+    def python_bin(self) -> Path:
+        return self.root / "python" / "bin"
+
+    @property
+    def node_bin(self) -> Path:
+        return self.root / "node" / "node_modules" / ".bin"
+
+    def require(self, executable: Path, harness: str) -> Path:
+        if not executable.exists():
+            raise HarnessNotInstalled(
+                f"{harness} is not installed at {executable}: run `make harnesses` "
+                f"(or point ${HARNESSES_VAR} at its folder)"
+            )
+        return executable
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What starts one harness run: its command, environment, and files in its home."""
+
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    """Paths relative to the jail's home -> contents (config files)."""
+    readonly: list[Path] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What every harness run is told."""
+
+    instruction: str
+    model: str = "agentenvs"
+    max_turns: int = 30
+
+
+class Harness:
+    """One agent CLI: which API it speaks and how it is started."""
+
+    name: str = ""
+    api: Literal["openai", "anthropic"] = "openai"
+
+    def launch(self, installed: Installed, run: RunSettings) -> Launch:
+        raise NotImplementedError
+
+    @staticmethod
+    def path(*folders: Path) -> str:
+        return ":".join([*(str(f) for f in folders), "/usr/local/bin", "/usr/bin", "/bin"])
+
+
+class MiniSweAgent(Harness):
+    """mini-swe-agent (PyPI ``mini-swe-agent``): its default ``mini.yaml`` (a ``bash``
+    tool), through litellm's OpenAI provider."""
+
+    name = "mini-swe-agent"
+
+    def launch(self, installed: Installed, run: RunSettings) -> Launch:
+        mini = installed.require(installed.python_bin / "mini", self.name)
+        command = [
+            str(mini), "-y", "--exit-immediately", "-t", run.instruction,
+            "-m", f"openai/{run.model}", "-c", "mini.yaml",
+            "-c", f"model.model_kwargs.api_base={BASE_URL}/v1",
+            "-c", f"model.model_kwargs.api_key={DUMMY_KEY}",
+            "-c", f"agent.step_limit={run.max_turns}",
+            "-o", f"{HOME}/trajectory.json",
+        ]  # fmt: skip
+        env = {
+            "PATH": self.path(installed.python_bin),
+            "MSWEA_CONFIGURED": "true",
+            "MSWEA_COST_TRACKING": "ignore_errors",
+            "MSWEA_SILENT_STARTUP": "1",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "LITELLM_TELEMETRY": "False",
+        }
+        return Launch(command, env, readonly=[installed.root / "python"])
+
+
+HARNESSES: Mapping[str, Harness] = {h.name: h for h in (MiniSweAgent(),)}
+
+
+def harness(name: str) -> Harness:
+    if name not in HARNESSES:
+        raise ValueError(f"unknown harness {name!r}; known: {', '.join(sorted(HARNESSES))}")
+    return HARNESSES[name]
+
+
+def write_files(home: Path, files: Mapping[str, str]) -> None:
+    for relative, content in files.items():
+        target = home / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+
+
+def json_text(data: object) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
+__all__ = ["APP", "BASE_URL", "HARNESSES", "Harness", "Installed", "Launch", "RunSettings"]
