@@ -121,7 +121,70 @@ class MiniSweAgent(Harness):
         return Launch(command, env, readonly=[installed.root / "python"])
 
 
-HARNESSES: Mapping[str, Harness] = {h.name: h for h in (MiniSweAgent(),)}
+class Codex(Harness):
+    """OpenAI's Codex CLI (npm ``@openai/codex``): ``codex exec``, a custom model provider on
+    the Responses API (the only wire it speaks), Codex's own sandbox off (the jail is the
+    sandbox), analytics and update checks off."""
+
+    name = "codex"
+
+    def launch(self, installed: Installed, run: RunSettings) -> Launch:
+        codex = installed.require(installed.node_bin / "codex", self.name)
+        config = "\n".join(
+            [
+                f'model = "{run.model}"',
+                'model_provider = "agentenvs"',
+                'approval_policy = "never"',
+                'sandbox_mode = "danger-full-access"',
+                "check_for_update_on_startup = false",
+                "[model_providers.agentenvs]",
+                'name = "agentenvs gateway"',
+                f'base_url = "{BASE_URL}/v1"',
+                'env_key = "AGENTENVS_API_KEY"',
+                'wire_api = "responses"',
+                "request_max_retries = 0",
+                "stream_max_retries = 0",
+                "[analytics]",
+                "enabled = false",
+                "",
+            ]
+        )
+        command = [
+            str(codex), "exec", "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox", run.instruction,
+        ]  # fmt: skip
+        env = {"PATH": self.path(installed.node_bin), "AGENTENVS_API_KEY": DUMMY_KEY}
+        return Launch(command, env, {".codex/config.toml": config}, [installed.root / "node"])
+
+
+class ClaudeCode(Harness):
+    """Anthropic's Claude Code (npm ``@anthropic-ai/claude-code``): ``claude -p`` on the
+    Messages API, permissions skipped (the jail is the boundary), telemetry, error
+    reports, the auto-updater and other non-essential traffic off."""
+
+    name = "claude-code"
+    api = "anthropic"
+
+    def launch(self, installed: Installed, run: RunSettings) -> Launch:
+        claude = installed.require(installed.node_bin / "claude", self.name)
+        command = [
+            str(claude), "-p", run.instruction, "--dangerously-skip-permissions",
+            "--model", run.model, "--max-turns", str(run.max_turns), "--output-format", "text",
+        ]  # fmt: skip
+        env = {
+            "PATH": self.path(installed.node_bin),
+            "ANTHROPIC_BASE_URL": BASE_URL,
+            "ANTHROPIC_API_KEY": DUMMY_KEY,
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_BUG_COMMAND": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        }
+        return Launch(command, env, readonly=[installed.root / "node"])
+
+
+HARNESSES: Mapping[str, Harness] = {h.name: h for h in (MiniSweAgent(), Codex(), ClaudeCode())}
 
 
 def harness(name: str) -> Harness:

@@ -19,7 +19,6 @@ reports back. That turn is a new segment of the episode, linked to its parent.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,13 +93,13 @@ def agent_script(prompt: str) -> str:
     step = steps_taken(prompt)
     if shell is None:  # a harness call without tools (a title, a summary): plain text
         return "Fixing the calc bug."
-    agent = next((tools[n] for n in AGENT_TOOLS if n in tools), None)
-    if agent is not None and step == 0:
-        return hermes_call(agent.name, _delegate(agent), "I will ask a sub-agent to look around.")
-    if _is_sub_agent(prompt, tools):
+    if _is_sub_agent(prompt):
         if step == 0:
             return hermes_call(shell.name, shell.argument("ls"), "Listing the files.")
         return "The directory holds calc.py and test_calc.py."
+    agent = next((tools[n] for n in AGENT_TOOLS if n in tools), None)
+    if agent is not None and step == 0:
+        return hermes_call(agent.name, _delegate(agent), "I will ask a sub-agent to look around.")
     plan = PLAN[1:] if agent is not None else PLAN
     index = step - (1 if agent is not None else 0)
     if index < len(plan):
@@ -111,30 +110,23 @@ def agent_script(prompt: str) -> str:
 
 
 def _delegate(agent: ToolView) -> dict[str, Any]:
+    """Arguments for the sub-agent tool: the task, a short description, the general agent,
+    and (Claude Code) in the foreground, so its result is the tool's result."""
     properties = agent.parameters.get("properties") or {}
-    arguments: dict[str, Any] = {}
-    for key, spec in properties.items():
-        if key in ("prompt", "description", "subagent_type"):
-            arguments[key] = {
-                "prompt": "List the files in the working directory.",
-                "description": "List files",
-                "subagent_type": "general-purpose"
-                if "general-purpose" in json.dumps(spec)
-                else _first_enum(spec),
-            }[key]
-    return arguments
+    values = {
+        "prompt": DELEGATED,
+        "description": "List files",
+        "subagent_type": "general-purpose",
+        "run_in_background": False,
+    }
+    return {key: value for key, value in values.items() if key in properties}
 
 
-def _first_enum(spec: dict[str, Any]) -> str:
-    found = re.findall(
-        r'"([a-z][a-z-]+)"', json.dumps(spec.get("enum") or spec.get("description") or "")
-    )
-    return found[0] if found else "general"
+DELEGATED = "List the files in the working directory."
 
 
-def _is_sub_agent(prompt: str, tools: dict[str, ToolView]) -> bool:
-    """A sub-agent's context: no sub-agent tool, and the delegated request as its task."""
-    return (
-        not any(n in tools for n in AGENT_TOOLS)
-        and "List the files in the working directory." in prompt
-    )
+def _is_sub_agent(prompt: str) -> bool:
+    """A sub-agent's context: the delegated task is in its first user turn (the main
+    agent has it only inside its own tool call)."""
+    first_user = prompt.split("<|im_start|>user\n", 1)[-1].split("<|im_end|>", 1)[0]
+    return DELEGATED in first_user

@@ -1,7 +1,7 @@
 """Anthropic Messages: ``POST /v1/messages`` (plain and streamed) and ``/count_tokens``.
 
 Shapes as in the ``anthropic`` SDK's ``types``. ``system`` (a string or text blocks)
-becomes the system message; a user turn's ``tool_result`` blocks become tool messages
+becomes the system message, as does a ``system`` turn in ``messages``; a user turn's ``tool_result`` blocks become tool messages
 in order, its text blocks user messages; an assistant turn's ``text`` and ``tool_use``
 blocks one assistant message (``thinking`` blocks are the client's copy of reasoning
 and are skipped). The answer is a ``message`` with a ``text`` block when the reply has
@@ -126,9 +126,12 @@ class Messages:
                 messages += _user(index, message.get("content"))
             elif role == "assistant":
                 messages.append(_assistant(index, message.get("content")))
+            elif role == "system":  # system text mid-conversation (SystemMessageParam)
+                content = text_of(message.get("content"), what=f"messages[{index}]")
+                messages.append({"role": "system", "content": content})
             else:
                 raise RequestError(
-                    f"messages[{index}]: role must be user or assistant, got {role!r}"
+                    f"messages[{index}]: role must be user, assistant or system, got {role!r}"
                 )
         max_tokens = positive_int(body.get("max_tokens"), "max_tokens")
         if max_tokens is None and not counting:

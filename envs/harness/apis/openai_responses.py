@@ -86,10 +86,37 @@ def _messages(body: dict[str, Any]) -> list[Message]:
     return messages
 
 
+HOSTED_TOOLS = frozenset(
+    {"web_search", "web_search_preview", "file_search", "code_interpreter", "image_generation",
+     "computer_use_preview", "mcp"}
+)  # fmt: skip
+"""Tools the API's server runs itself: nothing behind the gateway can, so the model is not
+offered them (a harness that lists web search by default still works, offline)."""
+
+
 def _tool_spec(tool: dict[str, Any]) -> ToolSpec | None:
     if tool.get("type") != "function":
         return None
     return tool.get("name"), tool.get("description"), tool.get("parameters")
+
+
+def _flat_tools(raw: Any) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Function tools, with each ``namespace`` group's tools listed by their own names
+    (a call to one is answered with its ``namespace``); hosted tools left out."""
+    flat: list[dict[str, Any]] = []
+    namespaces: dict[str, str] = {}
+    for index, item in enumerate(raw or []):
+        tool = require_dict(item, f"tools[{index}]")
+        kind = tool.get("type")
+        if kind in HOSTED_TOOLS:
+            continue
+        if kind == "namespace":
+            for inner in tool.get("tools") or []:
+                flat.append(require_dict(inner, f"tools[{index}].tools[]"))
+                namespaces[str(flat[-1].get("name"))] = str(tool.get("name"))
+            continue
+        flat.append(tool)
+    return flat, namespaces
 
 
 class Responses:
@@ -102,12 +129,13 @@ class Responses:
                 "previous_response_id is not supported: send the whole conversation as input "
                 "(store: false)"
             )
+        tools, namespaces = _flat_tools(body.get("tools"))
         return ChatRequest(
             messages=_messages(body),
             api=NAME,
             call_prefix="call",
             answer_prefix="resp",
-            tools=read_tools(body.get("tools"), _tool_spec, "function tools"),
+            tools=read_tools(tools, _tool_spec, "function tools"),
             model=str(body.get("model") or ""),
             stream=bool(body.get("stream")),
             max_tokens=positive_int(body.get("max_output_tokens"), "max_output_tokens"),
@@ -117,11 +145,14 @@ class Responses:
                 "max_output_tokens": body.get("max_output_tokens"),
                 "tool_choice": body.get("tool_choice") or "auto",
                 "parallel_tool_calls": bool(body.get("parallel_tool_calls", True)),
+                "namespaces": namespaces,
             },
         )
 
     def response(self, reply: Reply, request: ChatRequest) -> dict[str, Any]:
-        return _response(reply.id, request, reply.created, _status(reply), _items(reply), reply)
+        return _response(
+            reply.id, request, reply.created, _status(reply), _items(reply, request), reply
+        )
 
     def stream(self, request: ChatRequest, answer_id: str, prompt_tokens: int) -> ResponsesStream:
         return ResponsesStream(request, answer_id)
@@ -134,13 +165,19 @@ def _status(reply: Reply) -> str:
     return "incomplete" if reply.finish == "length" else "completed"
 
 
-def _items(reply: Reply) -> list[dict[str, Any]]:
+def _items(reply: Reply, request: ChatRequest) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     if reply.content:
         items.append(_message_item(reply, reply.content, "completed"))
     for call in reply.tool_calls:
-        items.append(_call_item(call, call.arguments_json(), "completed"))
+        items.append(
+            _call_item(call, call.arguments_json(), "completed", _namespace(request, call))
+        )
     return items
+
+
+def _namespace(request: ChatRequest, call: Any) -> str | None:
+    return (request.echo.get("namespaces") or {}).get(call.name)
 
 
 def _message_item(reply_or_id: Any, text: str | None, status: str) -> dict[str, Any]:
@@ -159,8 +196,8 @@ def _text_part(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-def _call_item(call: Any, arguments: str, status: str) -> dict[str, Any]:
-    return {
+def _call_item(call: Any, arguments: str, status: str, namespace: str | None) -> dict[str, Any]:
+    item = {
         "type": "function_call",
         "id": f"fc_{call.id}",
         "call_id": call.id,
@@ -168,6 +205,7 @@ def _call_item(call: Any, arguments: str, status: str) -> dict[str, Any]:
         "arguments": arguments,
         "status": status,
     }
+    return item if namespace is None else {**item, "namespace": namespace}
 
 
 def _response(
@@ -253,7 +291,8 @@ class ResponsesStream:
             index += 1
         for call in reply.tool_calls:
             arguments = call.arguments_json()
-            item = _call_item(call, "", "in_progress")
+            namespace = _namespace(self.request, call)
+            item = _call_item(call, "", "in_progress", namespace)
             where = {"item_id": item["id"], "output_index": index}
             frames += [
                 self._event("response.output_item.added", output_index=index, item=item),
@@ -267,12 +306,14 @@ class ResponsesStream:
                 self._event(
                     "response.output_item.done",
                     output_index=index,
-                    item=_call_item(call, arguments, "completed"),
+                    item=_call_item(call, arguments, "completed", namespace),
                 ),
             ]
             index += 1
         status = _status(reply)
-        final = _response(self.id, self.request, self.created, status, _items(reply), reply)
+        final = _response(
+            self.id, self.request, self.created, status, _items(reply, self.request), reply
+        )
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
         frames.append(self._event(kind, response=final))
         return frames
