@@ -184,7 +184,63 @@ class ClaudeCode(Harness):
         return Launch(command, env, readonly=[installed.root / "node"])
 
 
-HARNESSES: Mapping[str, Harness] = {h.name: h for h in (MiniSweAgent(), Codex(), ClaudeCode())}
+class QwenCode(Harness):
+    """Qwen Code (npm ``@qwen-code/qwen-code``): one-shot ``qwen`` in yolo mode on the
+    OpenAI Chat Completions API; telemetry, usage statistics and update checks off."""
+
+    name = "qwen-code"
+
+    def launch(self, installed: Installed, run: RunSettings) -> Launch:
+        qwen = installed.require(installed.node_bin / "qwen", self.name)
+        command = [
+            str(qwen), "--auth-type", "openai", "--openai-api-key", DUMMY_KEY,
+            "--openai-base-url", f"{BASE_URL}/v1", "-m", run.model, "--yolo",
+            "--max-session-turns", str(run.max_turns), run.instruction,
+        ]  # fmt: skip
+        settings = {
+            "telemetry": {"enabled": False},
+            "privacy": {"usageStatisticsEnabled": False},
+            "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+        }
+        files = {".qwen/settings.json": json_text(settings)}
+        return Launch(
+            command, {"PATH": self.path(installed.node_bin)}, files, [installed.root / "node"]
+        )
+
+
+class OpenCode(Harness):
+    """opencode (npm ``opencode-ai``): ``opencode run`` with a provider of its own
+    (``@ai-sdk/openai-compatible``, Chat Completions) in its user config; auto-update,
+    sharing, model-list fetches and LSP downloads off."""
+
+    name = "opencode"
+
+    def launch(self, installed: Installed, run: RunSettings) -> Launch:
+        opencode = installed.require(installed.node_bin / "opencode", self.name)
+        config = {
+            "$schema": "https://opencode.ai/config.json",
+            "autoupdate": False,
+            "share": "disabled",
+            "provider": {
+                "agentenvs": {
+                    "npm": "@ai-sdk/openai-compatible",
+                    "name": "agentenvs gateway",
+                    "options": {"baseURL": f"{BASE_URL}/v1", "apiKey": DUMMY_KEY},
+                    "models": {run.model: {"name": run.model}},
+                }
+            },
+        }
+        command = [str(opencode), "run", "-m", f"agentenvs/{run.model}", "--auto", run.instruction]
+        env = {"PATH": self.path(installed.node_bin)}
+        for switch in ("AUTOUPDATE", "SHARE", "MODELS_FETCH", "LSP_DOWNLOAD", "DEFAULT_PLUGINS"):
+            env[f"OPENCODE_DISABLE_{switch}"] = "1"
+        files = {".config/opencode/opencode.json": json_text(config)}
+        return Launch(command, env, files, [installed.root / "node"])
+
+
+HARNESSES: Mapping[str, Harness] = {
+    h.name: h for h in (MiniSweAgent(), Codex(), ClaudeCode(), OpenCode(), QwenCode())
+}
 
 
 def harness(name: str) -> Harness:

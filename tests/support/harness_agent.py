@@ -7,8 +7,9 @@ gateway. It reads the decoded prompt the way a model does: the tools the templat
 takes a command; the assistant turns already in the context say how far the episode is.
 Then it plays the plan of the task in ``support/harness_tasks/fix_calc``:
 
-1. list the files; 2. fix the bug with ``sed``; 3. run the visible tests; 4. finish (a
-final answer, or mini-swe-agent's submit command).
+1. list the files; 2. fix the bug with ``sed`` (Qwen Code first reads the file with its
+own tool: it refuses to edit a file it has not read); 3. run the visible tests; 4. finish
+(a final answer, or mini-swe-agent's submit command).
 
 Where a harness offers a sub-agent tool (Claude Code's ``Task``/``Agent``, opencode's and
 Qwen Code's ``task``), the first step delegates the listing to a sub-agent instead; in
@@ -25,6 +26,8 @@ from typing import Any
 from support.gateway_helpers import hermes_call
 
 PLAN = ("ls", "sed -i 's/a - b/a + b/' calc.py", "python3 test_calc.py")
+APP = "/app"
+"""The task's work dir inside the harness jail."""
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 FINAL = "The bug in calc.py is fixed and the tests pass."
 
@@ -40,6 +43,7 @@ class ToolView:
 
     name: str
     parameters: dict[str, Any]
+    description: str = ""
 
     def argument(self, value: str) -> dict[str, Any]:
         """Arguments for a shell tool running ``value``."""
@@ -77,7 +81,8 @@ def listed_tools(prompt: str) -> dict[str, ToolView]:
         except json.JSONDecodeError:
             continue
         function = spec.get("function", spec)
-        tools[function["name"]] = ToolView(function["name"], function.get("parameters") or {})
+        name, description = function["name"], str(function.get("description") or "")
+        tools[name] = ToolView(name, function.get("parameters") or {}, description)
     return tools
 
 
@@ -100,10 +105,16 @@ def agent_script(prompt: str) -> str:
     agent = next((tools[n] for n in AGENT_TOOLS if n in tools), None)
     if agent is not None and step == 0:
         return hermes_call(agent.name, _delegate(agent), "I will ask a sub-agent to look around.")
-    plan = PLAN[1:] if agent is not None else PLAN
+    plan = [(shell, shell.argument(command)) for command in PLAN]
+    reader = tools.get("read_file")
+    if reader is not None:  # Qwen Code edits only files read with its own tool first
+        plan.insert(1, (reader, {"file_path": f"{APP}/calc.py"}))
+    if agent is not None:
+        plan = plan[1:]  # the sub-agent listed the files
     index = step - (1 if agent is not None else 0)
     if index < len(plan):
-        return hermes_call(shell.name, shell.argument(plan[index]), f"Step {index + 1}.")
+        tool, arguments = plan[index]
+        return hermes_call(tool.name, arguments, f"Step {index + 1}.")
     if SUBMIT.split()[1] in prompt:  # mini-swe-agent ends with its submit command
         return hermes_call(shell.name, shell.argument(SUBMIT), "Submitting.")
     return FINAL
@@ -113,10 +124,12 @@ def _delegate(agent: ToolView) -> dict[str, Any]:
     """Arguments for the sub-agent tool: the task, a short description, the general agent,
     and (Claude Code) in the foreground, so its result is the tool's result."""
     properties = agent.parameters.get("properties") or {}
+    # Claude Code's general agent is "general-purpose"; opencode lists "- general:".
+    general = "general" if "- general:" in agent.description else "general-purpose"
     values = {
         "prompt": DELEGATED,
         "description": "List files",
-        "subagent_type": "general-purpose",
+        "subagent_type": general,
         "run_in_background": False,
     }
     return {key: value for key, value in values.items() if key in properties}
