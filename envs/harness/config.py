@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.harness.env import HarnessEnv, HarnessSettings
@@ -61,6 +61,19 @@ class HarnessConfig(EnvConfig):
         None, ge=64, description="Memory of the jail (default: the task's)."
     )
     limits: Limits = Field(default_factory=lambda: Limits(max_turns=30))
+
+    @field_validator("harness")
+    @classmethod
+    def _known_harness(cls, name: str) -> str:
+        harness(name)  # an unknown name is refused with the known ones
+        return name
+
+    @field_validator("tool_format")
+    @classmethod
+    def _known_format(cls, fmt: str | None) -> str | None:
+        if fmt is not None:
+            CallFormat(fmt)
+        return fmt
 
     def _folder(self, split: str) -> Path:
         root = Path(self.tasks) if self.tasks else EXAMPLE_TASKS

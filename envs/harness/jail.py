@@ -203,6 +203,17 @@ def _entry(spec: JailSpec) -> str:
     )
 
 
+def _reachable(path: Path) -> None:
+    """bubblewrap, started as the jail's uid, must be able to walk to every folder it
+    mounts: each folder above ``path`` needs the others' search bit."""
+    for folder in [path, *path.parents]:
+        if folder.exists() and not folder.stat().st_mode & 0o001:
+            raise JailError(
+                f"{folder} is not reachable by the jail's unprivileged uid (no o+x): keep "
+                "the jail's folders under one that others may pass through (chmod o+x)"
+            )
+
+
 def prepare(spec: JailSpec, uid: int | None) -> None:
     """Make the jail's writable folders (owned by ``uid``) and the relay script."""
     for path in (workdir(spec), home(spec), *spec.writable.values()):
@@ -212,6 +223,11 @@ def prepare(spec: JailSpec, uid: int | None) -> None:
         (spec.gateway / "relay.py").write_text(RELAY)
     if uid is None:
         return
+    for folder in (
+        spec.root.parent,
+        *(Path(p).parent for p in [*spec.readonly, *spec.mounts.values()]),
+    ):
+        _reachable(folder)
     os.chown(spec.root, uid, uid)
     for path in (workdir(spec), home(spec), spec.gateway, *spec.writable.values()):
         if path is None:
