@@ -22,10 +22,10 @@ def test_the_example_task_reads_as_harbor_lays_it_out() -> None:
 
 
 def test_a_broken_task_folder_says_what_is_missing(tmp_path: Path) -> None:
-    with pytest.raises(TaskError, match="no instruction.md"):
+    with pytest.raises(TaskError, match=r"no instruction\.md"):
         load_task(tmp_path)
     (tmp_path / "instruction.md").write_text("Do it.")
-    with pytest.raises(TaskError, match="no tests/test.sh"):
+    with pytest.raises(TaskError, match=r"no tests/test\.sh"):
         load_task(tmp_path)
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test.sh").write_text("exit 0")
