@@ -36,6 +36,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -76,6 +78,18 @@ SAMPLED_TOKENS_METRIC = "gateway/sampled_tokens"
 """On the last turn: every token sampled in the episode (delivered must equal it)."""
 PREFIX_BREAK_METRIC = "renderer/prefix_breaks"
 """The collector's marker of a turn whose next observation does not extend it."""
+
+
+HEADS_KEPT = 32
+"""Rendered first turns (system prompt and tools) kept per tokenizer, their tokens reused."""
+_HEADS: weakref.WeakKeyDictionary[object, OrderedDict[str, list[int]]] = weakref.WeakKeyDictionary()
+
+
+def _heads(tokenizer: object) -> OrderedDict[str, list[int]] | None:
+    try:
+        return _HEADS.setdefault(tokenizer, OrderedDict())
+    except TypeError:  # not weak-referenceable: no reuse
+        return None
 
 
 def tokens_digest(tokens: Sequence[int]) -> str:
@@ -185,12 +199,12 @@ class SegmentTree:
                 tokens = base.context() + suffix
                 start = "branch" if base.continued else "extend"
             else:
-                tokens = self._encode(history, tools, text, 0)
+                tokens = self._fresh(history, tools, text)
                 start = "rewrite"
         else:
             history = list(request.messages)
             text = self.renderer.render_text(history, tools, add_generation_prompt=True)
-            tokens = self._encode(history, tools, text, 0)
+            tokens = self._fresh(history, tools, text)
             start = "branch" if self.done else "first"
         limit = self.options.max_context
         if limit is not None and len(tokens) > limit:
@@ -226,7 +240,7 @@ class SegmentTree:
         """Prompt tokens ``request`` would have on its own (a token count; no turn)."""
         tools = request.tools or None
         text = self.renderer.render_text(request.messages, tools, add_generation_prompt=True)
-        return len(self._encode(list(request.messages), tools, text, 0))
+        return len(self._fresh(list(request.messages), tools, text))
 
     def _cap(self, asked: int | None) -> int | None:
         caps = [c for c in (asked, self.options.max_tokens) if c is not None]
@@ -241,6 +255,32 @@ class SegmentTree:
             (i for i, m in enumerate(history) if m.get("role") == "assistant"), len(history)
         )
         return self.renderer.encode_conversation(history, tools, rendered=text, start=start).tokens
+
+    def _fresh(self, history: list[Message], tools: list | None, text: str) -> list[int]:
+        """The tokens of a whole rendering, the first turn's reused across sessions.
+
+        Every session of a harness opens with the same system prompt and tools (ten
+        thousand tokens for some): their tokens are kept per tokenizer, keyed by the
+        text up to the template's first end-of-turn marker. Reused only where that text
+        holds no other control string, so it is pure markup and prompt text ending on a
+        control token: its encoding is a prefix of the whole's, which is what the rest is
+        appended to."""
+        heads = _heads(self.renderer.tokenizer)
+        marker = self.renderer.end_of_turn[0] if self.renderer.end_of_turn else ""
+        cut = text.find(marker) if marker and heads is not None else -1
+        if cut < 0 or self.renderer.text.has_control(text[:cut]):
+            return self._encode(history, tools, text, 0)
+        assert heads is not None
+        end = cut + len(marker)
+        head = text[:end]
+        tokens = heads.get(head)
+        if tokens is None:
+            tokens = heads[head] = self.renderer.encode(head)
+            while len(heads) > HEADS_KEPT:
+                heads.popitem(last=False)
+        else:
+            heads.move_to_end(head)
+        return [*tokens, *self._encode(history, tools, text, end)]
 
     def _continued(self, keys: list[str], tools_key: str) -> Turn | None:
         """The latest completed turn this request continues: its messages, then its reply."""
