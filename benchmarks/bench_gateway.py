@@ -123,7 +123,9 @@ async def serve_timed(gateway, policy: DelayPolicy, port: int) -> None:
         totals["handled"] += time.perf_counter() - started
         totals["requests"] += 1
 
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=75
+    )
     await uvicorn.Server(config).serve(sockets=[bind("127.0.0.1", port)])
 
 
@@ -136,17 +138,19 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def gateway_row(url: str, sessions: int, turns: int, tag: str) -> list[float]:
+    """Each session its own client with one connection, as each harness process has:
+    one pool of hundreds of connections costs httpx time per request that grows with the
+    pool (it walks every connection), which is the client's cost, not the gateway's."""
     import httpx
 
-    limits = httpx.Limits(max_connections=sessions + 8, max_keepalive_connections=sessions + 8)
-    async with httpx.AsyncClient(limits=limits, timeout=600) as client:
-
-        async def episode(index: int) -> list[float]:
-            messages = [
-                {"role": "system", "content": SYSTEM},
-                {"role": "user", "content": f"Task {index}: list the files."},
-            ]
-            times = []
+    async def episode(index: int) -> list[float]:
+        messages = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Task {index}: list the files."},
+        ]
+        times = []
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        async with httpx.AsyncClient(limits=limits, timeout=600) as client:
             for _ in range(turns):
                 body = {"model": "m", "messages": messages, "tools": TOOLS}
                 started = time.perf_counter()
@@ -156,9 +160,9 @@ async def gateway_row(url: str, sessions: int, turns: int, tag: str) -> list[flo
                 messages.append({k: v for k, v in message.items() if v is not None})
                 for call in message.get("tool_calls") or []:
                     messages.append({"role": "tool", "tool_call_id": call["id"], "content": OUTPUT})
-            return times
+        return times
 
-        rows = await asyncio.gather(*(episode(i) for i in range(sessions)))
+    rows = await asyncio.gather(*(episode(i) for i in range(sessions)))
     return [t for row in rows for t in row]
 
 

@@ -43,10 +43,15 @@ from agentenvs.envs.harness.jail import (
     workdir,
 )
 from agentenvs.envs.harness.replies import ReplyReader, sniff_format
-from agentenvs.envs.harness.segments import SAMPLED_TOKENS_METRIC, SegmentTree, TreeOptions, Turn
-from agentenvs.envs.harness.server import GatewaySession, build_app
+from agentenvs.envs.harness.segments import (
+    SAMPLED_TOKENS_METRIC,
+    SegmentTree,
+    TreeOptions,
+    Turn,
+    session_renderer,
+)
+from agentenvs.envs.harness.server import KEEP_ALIVE_SECONDS, GatewaySession, build_app
 from agentenvs.envs.harness.task import HarnessTask, read_reward
-from agentenvs.envs.renderers import make_renderer
 from agentenvs.envs.tool_calls import CallFormat
 from agentenvs.envs.types import (
     Action,
@@ -113,7 +118,12 @@ async def serve_unix(app: Any, path: Path) -> tuple[Any, asyncio.Task[None]]:
     import uvicorn
 
     config = uvicorn.Config(
-        app, uds=str(path), log_level="warning", access_log=False, lifespan="off"
+        app,
+        uds=str(path),
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
@@ -132,7 +142,7 @@ class HarnessEnv(Env):
         self.task = task
         self.tokenizer = tokenizer
         self.settings = settings
-        renderer = make_renderer("chat", tokenizer)
+        renderer = session_renderer(tokenizer)
         template = getattr(tokenizer, "chat_template", None)
         reader = ReplyReader(renderer, settings.tool_format or sniff_format(template))
         self.tree = SegmentTree(renderer, reader, key=task.name, options=settings.tree)

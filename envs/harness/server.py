@@ -44,6 +44,10 @@ from agentenvs.envs.harness.segments import SegmentTree, Turn
 SESSION_HEADER = "x-agentenvs-session"
 KEEPALIVE_SECONDS = 10.0
 """A stream sends the API's keep-alive this often while the policy samples."""
+KEEP_ALIVE_SECONDS = 75
+"""How long an idle client connection stays open: longer than a harness spends running a
+tool between two requests, so it does not reuse a connection the server has just closed
+(uvicorn's default is 5 s)."""
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,8 @@ from typing import Any
 
 from agentenvs.envs.harness.conversation import Reply, RequestError
 from agentenvs.envs.harness.replies import ReplyReader, sniff_format
-from agentenvs.envs.harness.segments import SegmentTree, TreeOptions, Turn
+from agentenvs.envs.harness.segments import SegmentTree, TreeOptions, Turn, session_renderer
 from agentenvs.envs.harness.server import GatewaySession
-from agentenvs.envs.renderers import make_renderer
 from agentenvs.envs.tool_calls import CallFormat
 from agentenvs.envs.types import Env, EnvGroupBuilder, GroupDescription, Trajectory, TrajectoryGroup
 from agentenvs.rollout.collect.finish import RecordStamps
@@ -159,7 +158,7 @@ class PolicyGateway:
             raise RequestError(f"session {key!r} is finished; start a new one", status=409)
         found = self.sessions.get(key)
         if found is None:
-            renderer = make_renderer("chat", self.options.tokenizer)
+            renderer = session_renderer(self.options.tokenizer)
             reader = ReplyReader(renderer, self.tool_format)
             tree = SegmentTree(renderer, reader, key=key, options=self.options.tree_options())
             found = self.sessions[key] = GatewaySession(key, tree, PolicyRunner(self.policy, key))

@@ -16,7 +16,7 @@ import socket
 from typing import Any
 
 from agentenvs.envs.harness.conversation import RequestError
-from agentenvs.envs.harness.server import build_app
+from agentenvs.envs.harness.server import KEEP_ALIVE_SECONDS, build_app
 from agentenvs.rollout.gateway.policy_gateway import PolicyGateway
 
 
@@ -86,7 +86,11 @@ class GatewayServer:
         import uvicorn
 
         config = uvicorn.Config(
-            gateway_app(self.gateway), log_level="warning", access_log=False, lifespan="off"
+            gateway_app(self.gateway),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
         )
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[self.sock]))

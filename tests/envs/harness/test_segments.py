@@ -14,8 +14,12 @@ from support.gateway_helpers import BASH_TOOL, hermes_call, qwen3, sampled_ids
 
 from agentenvs.envs.harness.conversation import ChatRequest
 from agentenvs.envs.harness.replies import ReplyReader, sniff_format
-from agentenvs.envs.harness.segments import SegmentTree, TreeOptions, common_prefix
-from agentenvs.envs.renderers import make_renderer
+from agentenvs.envs.harness.segments import (
+    SegmentTree,
+    TreeOptions,
+    common_prefix,
+    session_renderer,
+)
 from agentenvs.envs.tool_calls import CallFormat
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory
 from agentenvs.rollout.data.samples import trajectory_to_samples
@@ -29,7 +33,7 @@ def tok() -> Any:
 
 
 def tree(tok: Any) -> SegmentTree:
-    renderer = make_renderer("chat", tok)
+    renderer = session_renderer(tok)
     reader = ReplyReader(renderer, sniff_format(tok.chat_template))
     return SegmentTree(renderer, reader, key="test", options=TreeOptions())
 
