@@ -91,11 +91,12 @@ def serve(port: int, delay: float) -> None:
     from support.vocab import load_vocabulary
 
     from agentenvs.rollout.gateway.policy_gateway import GatewayOptions, PolicyGateway
+    from agentenvs.rollout.gateway.serve import run_loop
 
     tokenizer = load_vocabulary("qwen3")
     policy = DelayPolicy(tokenizer, delay)
     gateway = PolicyGateway(policy, GatewayOptions(tokenizer=tokenizer))
-    asyncio.run(serve_timed(gateway, policy, port))
+    run_loop(serve_timed(gateway, policy, port))
 
 
 async def serve_timed(gateway, policy: DelayPolicy, port: int) -> None:
@@ -140,29 +141,36 @@ def cpu_seconds(pid: int) -> float:
 async def gateway_row(url: str, sessions: int, turns: int, tag: str) -> list[float]:
     """Each session its own client with one connection, as each harness process has:
     one pool of hundreds of connections costs httpx time per request that grows with the
-    pool (it walks every connection), which is the client's cost, not the gateway's."""
+    pool (it walks every connection), which is the client's cost, not the gateway's. The
+    clients are made before the clock starts and without TLS set-up (loading the
+    certificate store costs ~0.1 s of CPU per client, which would stall every session)."""
     import httpx
 
-    async def episode(index: int) -> list[float]:
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    clients = [httpx.AsyncClient(limits=limits, timeout=600, verify=False) for _ in range(sessions)]
+
+    async def episode(index: int, client: httpx.AsyncClient) -> list[float]:
         messages = [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": f"Task {index}: list the files."},
         ]
         times = []
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        async with httpx.AsyncClient(limits=limits, timeout=600) as client:
-            for _ in range(turns):
-                body = {"model": "m", "messages": messages, "tools": TOOLS}
-                started = time.perf_counter()
-                answer = await client.post(f"{url}/s/{tag}-{index}/v1/chat/completions", json=body)
-                times.append(time.perf_counter() - started)
-                message = answer.json()["choices"][0]["message"]
-                messages.append({k: v for k, v in message.items() if v is not None})
-                for call in message.get("tool_calls") or []:
-                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": OUTPUT})
+        for _ in range(turns):
+            body = {"model": "m", "messages": messages, "tools": TOOLS}
+            started = time.perf_counter()
+            answer = await client.post(f"{url}/s/{tag}-{index}/v1/chat/completions", json=body)
+            times.append(time.perf_counter() - started)
+            message = answer.json()["choices"][0]["message"]
+            messages.append({k: v for k, v in message.items() if v is not None})
+            for call in message.get("tool_calls") or []:
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": OUTPUT})
         return times
 
-    rows = await asyncio.gather(*(episode(i) for i in range(sessions)))
+    try:
+        rows = await asyncio.gather(*(episode(i, c) for i, c in enumerate(clients)))
+    finally:
+        for client in clients:
+            await client.aclose()
     return [t for row in rows for t in row]
 
 

@@ -71,12 +71,10 @@ def gateway_command(
     debug: Annotated[bool, typer.Option("--debug", help="Tracebacks instead of one line.")] = False,
 ) -> None:
     """Serve POLICY to agent harnesses: OpenAI Chat Completions and Responses, Anthropic Messages."""
-    import asyncio
-
     from agentenvs.envs.tool_calls import CallFormat
     from agentenvs.rollout.collect.store import TrajectoryStore
     from agentenvs.rollout.gateway.policy_gateway import GatewayOptions, PolicyGateway
-    from agentenvs.rollout.gateway.serve import serve_forever
+    from agentenvs.rollout.gateway.serve import run_loop, serve_forever
 
     with friendly_errors(debug=debug):
         if policy in ("scripted", "replay", "interactive"):
@@ -105,7 +103,7 @@ def gateway_command(
         except ValueError as error:
             raise CLIError(str(error)) from None
         try:
-            asyncio.run(serve_forever(gateway, host, port))
+            run_loop(serve_forever(gateway, host, port))
         except KeyboardInterrupt:
             pass
         except OSError as error:
