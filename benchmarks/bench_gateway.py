@@ -18,9 +18,11 @@ machine). The gateway process's CPU time per request is measured too (``/proc``)
 is what the gateway costs whatever the load.
 
 Two measures of what is added: client-observed (gateway p50 - direct p50: includes the
-HTTP client's own time, in this process, on the same cores) and server-side (the mean
-time from a request's arrival to its last byte sent, less the policy's own time: what
-the gateway itself adds to a harness's turn).
+HTTP client's own time, in this process, on the same cores) and server-side, per request
+(the time from its arrival to its last byte sent, less the policy's own time for it: what
+the gateway itself adds to a harness's turn; its p50, p90 and p99 are reported). The
+model's time varies (0.5-1.5x ``--delay``, seeded) and sessions start spread over one
+turn, so they do not arrive in lockstep bursts as identical sleeps would make them.
 
 Run: ``python benchmarks/bench_gateway.py [--sessions 1,64,256] [--turns 4] [--delay 0.5]``.
 """
@@ -29,8 +31,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -60,6 +64,10 @@ TOOLS = [
     )
 ]
 OUTPUT = "calc.py\ntest_calc.py\nREADME.md\n" * 20
+POLICY_TIME: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
+    "policy_time", default=None
+)
+"""The server's request timer: the policy adds its own time to the request's holder."""
 
 
 class DelayPolicy:
@@ -71,6 +79,7 @@ class DelayPolicy:
 
         self.delay = delay
         self.spent = 0.0
+        self.random = random.Random(0)
         self.call = sampled_ids(tokenizer, hermes_call("bash", {"command": "ls -la"}, "Looking."))
         self.final = sampled_ids(tokenizer, "Done: the files are listed.")
 
@@ -78,8 +87,13 @@ class DelayPolicy:
         from agentenvs.envs.types import TokensWithLogprobs
 
         started = time.perf_counter()
-        await asyncio.sleep(self.delay)
-        self.spent += time.perf_counter() - started
+        # A model's turns vary: 0.5-1.5x the delay (seeded), so sessions do not stay in step.
+        await asyncio.sleep(self.delay * self.random.uniform(0.5, 1.5))
+        spent = time.perf_counter() - started
+        self.spent += spent
+        holder = POLICY_TIME.get()
+        if holder is not None:
+            holder[0] += spent
         tokens = self.call if len(observation) < 4000 else self.final
         return TokensWithLogprobs(list(tokens), [-0.1] * len(tokens), "stop")
 
@@ -109,9 +123,11 @@ async def serve_timed(gateway, policy: DelayPolicy, port: int) -> None:
     from agentenvs.rollout.gateway.serve import bind, gateway_app
 
     totals = {"handled": 0.0, "policy": 0.0, "requests": 0}
+    added: list[float] = []
 
     async def stats(request):
-        return JSONResponse({**totals, "policy": policy.spent})
+        since = int(request.query_params.get("since", "0"))
+        return JSONResponse({**totals, "policy": policy.spent, "added": added[since:]})
 
     inner = gateway_app(gateway)
     inner.router.routes.append(Route("/bench/stats", stats))
@@ -119,10 +135,17 @@ async def serve_timed(gateway, policy: DelayPolicy, port: int) -> None:
     async def app(scope, receive, send):
         if scope["type"] != "http" or scope["path"] == "/bench/stats":
             return await inner(scope, receive, send)
+        holder = [0.0]
+        token = POLICY_TIME.set(holder)
         started = time.perf_counter()
-        await inner(scope, receive, send)
-        totals["handled"] += time.perf_counter() - started
+        try:
+            await inner(scope, receive, send)
+        finally:
+            POLICY_TIME.reset(token)
+        handled = time.perf_counter() - started
+        totals["handled"] += handled
         totals["requests"] += 1
+        added.append(handled - holder[0])
 
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=75
@@ -138,7 +161,9 @@ def cpu_seconds(pid: int) -> float:
 # ---------------------------------------------------------------------------- the client
 
 
-async def gateway_row(url: str, sessions: int, turns: int, tag: str) -> list[float]:
+async def gateway_row(
+    url: str, sessions: int, turns: int, tag: str, stagger: float = 0.0
+) -> list[float]:
     """Each session its own client with one connection, as each harness process has:
     one pool of hundreds of connections costs httpx time per request that grows with the
     pool (it walks every connection), which is the client's cost, not the gateway's. The
@@ -150,6 +175,7 @@ async def gateway_row(url: str, sessions: int, turns: int, tag: str) -> list[flo
     clients = [httpx.AsyncClient(limits=limits, timeout=600, verify=False) for _ in range(sessions)]
 
     async def episode(index: int, client: httpx.AsyncClient) -> list[float]:
+        await asyncio.sleep(stagger * index / sessions)  # sessions start spread over a turn
         messages = [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": f"Task {index}: list the files."},
@@ -175,9 +201,10 @@ async def gateway_row(url: str, sessions: int, turns: int, tag: str) -> list[flo
 
 
 async def direct_row(
-    policy: DelayPolicy, prompt: list[int], sessions: int, turns: int
+    policy: DelayPolicy, prompt: list[int], sessions: int, turns: int, stagger: float = 0.0
 ) -> list[float]:
-    async def episode() -> list[float]:
+    async def episode(index: int) -> list[float]:
+        await asyncio.sleep(stagger * index / sessions)  # as the gateway row's sessions
         times = []
         for _ in range(turns):
             started = time.perf_counter()
@@ -185,14 +212,14 @@ async def direct_row(
             times.append(time.perf_counter() - started)
         return times
 
-    rows = await asyncio.gather(*(episode() for _ in range(sessions)))
+    rows = await asyncio.gather(*(episode(i) for i in range(sessions)))
     return [t for row in rows for t in row]
 
 
-def server_stats(url: str) -> dict:
+def server_stats(url: str, since: int = 0) -> dict:
     import httpx
 
-    return httpx.get(f"{url}/bench/stats", timeout=30).json()
+    return httpx.get(f"{url}/bench/stats", params={"since": since}, timeout=30).json()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -252,24 +279,23 @@ def main() -> None:
         asyncio.run(gateway_row(url, 2, 2, "warm"))
         print(f"policy delay {args.delay * 1000:.0f} ms, {args.turns} turns per session")
         print(
-            "| sessions | requests | direct p50 | through the gateway p50 (p90, p99) | added p50 "
-            "(client-observed) | added mean (server-side) | gateway CPU/request |"
+            "| sessions | requests | direct p50 | through the gateway p50 (p99) | added p50 "
+            "client-observed | **added p50 (p90, p99) server-side** | gateway CPU/request |"
         )
         print("|---|---|---|---|---|---|---|")
         for sessions in (int(s) for s in args.sessions.split(",")):
-            direct = asyncio.run(direct_row(policy, prompt, sessions, args.turns))
-            before, cpu_before = server_stats(url), cpu_seconds(process.pid)
-            through = asyncio.run(gateway_row(url, sessions, args.turns, f"s{sessions}"))
+            stagger = args.delay  # sessions start spread over one model turn
+            direct = asyncio.run(direct_row(policy, prompt, sessions, args.turns, stagger))
+            seen, cpu_before = len(server_stats(url)["added"]), cpu_seconds(process.pid)
+            through = asyncio.run(gateway_row(url, sessions, args.turns, f"s{sessions}", stagger))
             cpu = (cpu_seconds(process.pid) - cpu_before) / len(through)
-            after = server_stats(url)
-            count = after["requests"] - before["requests"]
-            handled = after["handled"] - before["handled"]
-            served = (handled - (after["policy"] - before["policy"])) / count
+            added = server_stats(url, seen)["added"]
             d50, g50 = statistics.median(direct), statistics.median(through)
+            a50, a90, a99 = (percentile(added, q) * 1000 for q in (0.5, 0.9, 0.99))
             print(
                 f"| {sessions} | {len(through)} | {d50 * 1000:.1f} ms | {g50 * 1000:.1f} ms "
-                f"({percentile(through, 0.9) * 1000:.1f}, {percentile(through, 0.99) * 1000:.1f}) | "
-                f"{(g50 - d50) * 1000:.2f} ms | {served * 1000:.2f} ms | {cpu * 1000:.2f} ms |",
+                f"({percentile(through, 0.99) * 1000:.1f}) | {(g50 - d50) * 1000:.2f} ms | "
+                f"**{a50:.2f} ms** ({a90:.2f}, {a99:.2f}) | {cpu * 1000:.2f} ms |",
                 flush=True,
             )
     finally:
