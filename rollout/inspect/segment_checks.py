@@ -149,6 +149,10 @@ def delivery(traj: Trajectory) -> tuple[Delivery | None, str | None]:
     return found, None
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
 def check_segments(records: Sequence[GroupRecord]) -> list[Finding]:
     """Findings for the gateway captures among ``records`` ([] when there are none)."""
     episodes = segments = turns = sampled = trained = 0
@@ -170,7 +174,8 @@ def check_segments(records: Sequence[GroupRecord]) -> list[Finding]:
         Finding(
             Check.FIXED_TRAJECTORY,
             "pass",
-            f"gateway captures: {episodes} episodes, {segments} segments, {turns} turns; links, "
+            f"gateway captures: {_count(episodes, 'episode')}, {_count(segments, 'segment')}, "
+            f"{_count(turns, 'turn')}; links, "
             f"prefixes and sampled tokens hold; delivered {share:.1%} ({trained} of {sampled} "
             "sampled tokens)",
         )
