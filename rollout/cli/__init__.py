@@ -82,6 +82,7 @@ app.command("check-template")(check.check_template_command)
 app.command("compare")(compare.compare_command)
 app.command("demo")(demo.demo_command)
 app.command("serve")(serve.serve_command)
+app.command("gateway")(load_ref("agentenvs.rollout.cli.gateway:gateway_command"))
 app.add_typer(preset.app, name="preset")
 
 __all__ = [

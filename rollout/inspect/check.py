@@ -41,6 +41,7 @@ from agentenvs.rollout.inspect.sample_checks import (
     logprob_problem,
     zero_logprob_tokens,
 )
+from agentenvs.rollout.inspect.segment_checks import check_segments
 from agentenvs.rollout.inspect.token_checks import (
     check_observation_controls,
     check_split_points,
@@ -392,6 +393,7 @@ def check_records(
     if drift is not None:
         report.findings += check_drift(ok, drift)
     report.findings += check_trees(ok)  # tree rollouts only (inspect/tree_checks.py)
+    report.findings += check_segments(ok)  # gateway captures only (inspect/segment_checks.py)
     # tool environments only; ``max_tool_parse_failures`` is the share allowed to fail
     report.findings += check_tools(ok, tokenizer, max_parse_failures=max_tool_parse_failures)
 

@@ -21,6 +21,8 @@ PYTEST_IN_PYTEST = "runs whole pytest sessions in subprocesses"
 LOCAL_MODEL = "loads a local Hugging Face model and scores runs with it"
 ENV_SERVERS = "starts real env servers (uvicorn, `agentenvs serve`) and collects through them"
 MCP_SERVERS = "starts real MCP servers (stdio processes, streamable HTTP) and calls their tools"
+HARNESSES = "runs the real agent harness CLIs (or their bubblewrap jail) through the gateway"
+GATEWAY = "serves the gateway over HTTP to the official SDKs on the real Qwen3 vocabulary"
 
 SLOW: dict[str, str] = {
     "tests/envs/openenv/test_openenv_server.py": ENV_SERVERS,
@@ -163,4 +165,9 @@ SLOW: dict[str, str] = {
     "tests/envs/retool/test_retool_tool_calls.py": SANDBOX,
     "tests/rollout/compare/test_compare_grpo_example.py": TRAINER_LOOPS,
     "tests/rollout/cli/test_eval.py::test_a_preset_names_the_budget": ALFWORLD,
+    "tests/envs/harness/test_harness_runs.py": HARNESSES,
+    "tests/envs/harness/test_jail.py": HARNESSES,
+    "tests/envs/harness/test_segments.py": REAL_VOCABULARIES,
+    "tests/rollout/gateway/test_gateway_apis.py": GATEWAY,
+    "tests/rollout/gateway/test_gateway_check.py": REAL_VOCABULARIES,
 }
