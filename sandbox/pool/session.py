@@ -98,10 +98,10 @@ class SupervisedSession(Session, Generic[W]):
         share.sessions -= 1
         worker = share.worker
         if share.sessions > 0:
-            if worker.alive and not worker.recycle:  # type: ignore[attr-defined]
+            if worker.alive and not worker.recycle:
                 request = {"op": "session_close", "session": self._session_id}
                 with contextlib.suppress(WorkerDead):
-                    await worker.request(request, FORK_REQUEST_SECONDS)  # type: ignore[attr-defined]
+                    await worker.request(request, FORK_REQUEST_SECONDS)
             return
         await self._sandbox._retire(worker)
 
@@ -117,11 +117,11 @@ class SupervisedSession(Session, Generic[W]):
         raise NotImplementedError
 
     def _alive(self) -> bool:
-        return self._worker is not None and self._worker.alive  # type: ignore[attr-defined]
+        return self._worker is not None and self._worker.alive
 
     async def _ensure_worker(self) -> W:
         current = self._worker
-        if current is not None and current.alive and not current.recycle:  # type: ignore[attr-defined]
+        if current is not None and current.alive and not current.recycle:
             return current
         if current is not None:
             await self._leave_worker()
@@ -131,7 +131,7 @@ class SupervisedSession(Session, Generic[W]):
         limits = self._sandbox._limits(session=True)
         self._sandbox._apply_memory_limit(worker, limits["memory_bytes"])
         request = {"op": "session_open", "limits": limits, "max_sessions": SESSION_FORK_LIMIT}
-        response = await worker.request(request, 30)  # type: ignore[attr-defined]
+        response = await worker.request(request, 30)
         session_id = response.get("session", 0)
         self._session_id = session_id if isinstance(session_id, int) else 0
         return worker
@@ -179,7 +179,7 @@ class SupervisedSession(Session, Generic[W]):
         }
         before = self._sandbox._oom_count(worker)
         try:
-            response = await worker.request(request, timeout + REQUEST_GRACE_SECONDS)  # type: ignore[attr-defined]
+            response = await worker.request(request, timeout + REQUEST_GRACE_SECONDS)
         except WorkerDead as exc:
             result = await self._lost_worker_result(worker, exc, before)
             self._needs_replay = bool(self._cells)
@@ -240,7 +240,7 @@ class SupervisedSession(Session, Generic[W]):
             return None, "the session has no live state holder to fork"
         request = {"op": "session_fork", "session": self._session_id}
         try:
-            response = await share.worker.request(request, FORK_REQUEST_SECONDS)  # type: ignore[attr-defined]
+            response = await share.worker.request(request, FORK_REQUEST_SECONDS)
         except WorkerDead as exc:
             self._needs_replay = bool(self._cells)
             return None, f"the worker died during the fork: {exc}"

@@ -150,7 +150,7 @@ class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
         """Raise or lower the worker's outer memory limit before a request (if it has one)."""
 
     async def _retire(self, worker: W) -> None:
-        await worker.kill()  # type: ignore[attr-defined]
+        await worker.kill()
 
     # ------------------------------------------------------------------ setup
     def _limits(
@@ -184,7 +184,7 @@ class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
                 return
             first = await self._launch_first()
             try:
-                probe = await first.request({"op": "probe", "limits": self._limits()}, 60)  # type: ignore[attr-defined]
+                probe = await first.request({"op": "probe", "limits": self._limits()}, 60)
                 self._caps = await self._assess_worker(first, probe)
                 enforce_minimum(self._caps, self.config.min_isolation)
             except BaseException:
@@ -306,7 +306,7 @@ class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
         if self._closed:
             raise WorkerStartError("the sandbox is closed")
         worker = slot.worker
-        if worker is not None and worker.alive and not worker.recycle:  # type: ignore[attr-defined]
+        if worker is not None and worker.alive and not worker.recycle:
             return worker
         slot.worker = None
         if worker is not None:
@@ -317,7 +317,7 @@ class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
     async def _execute(self, worker: W, request: dict, limits: dict) -> ExecResult:
         """One request on one worker; raises WorkerDead (the caller retires the worker)."""
         before = self._oom_count(worker)
-        response = await worker.request(request, limits["timeout"] + REQUEST_GRACE_SECONDS)  # type: ignore[attr-defined]
+        response = await worker.request(request, limits["timeout"] + REQUEST_GRACE_SECONDS)
         oom = oom_between(before, self._oom_count(worker))
         return to_exec_result(response, oom=oom, memory_mb=limits["memory_bytes"] // MB)
 
@@ -333,9 +333,7 @@ class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
             self._apply_memory_limit(worker, limits["memory_bytes"])
             before = self._oom_count(worker)
             try:
-                response = await worker.request(  # type: ignore[attr-defined]
-                    request, limits["timeout"] + REQUEST_GRACE_SECONDS
-                )
+                response = await worker.request(request, limits["timeout"] + REQUEST_GRACE_SECONDS)
             except WorkerDead as exc:
                 slot.worker = None
                 if not exc.delivered and attempt == 0:
@@ -366,7 +364,7 @@ class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
         worker = None
         while self._spares and worker is None:
             candidate = self._spares.pop()
-            if candidate.alive:  # type: ignore[attr-defined]
+            if candidate.alive:
                 worker = candidate
             else:
                 await self._retire(candidate)

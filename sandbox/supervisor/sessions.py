@@ -29,7 +29,6 @@ import signal
 import socket
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .chain import holder_loop, receive_with_sender
 from .forking import METADATA_DROPPED
@@ -37,6 +36,7 @@ from .leftovers import remove_ipc_objects
 from .outcome import Capture, classify, result_dict, return_code
 from .processes import await_no_zombies
 from .restrictions import RestrictionFailed, cpu_limits, drop_metadata_changes, restrict_process
+from .state import WorkerState
 from .usercode import INTERNAL_ERROR_EXIT, reset_signals, text_fd
 
 STOPPED_CHECK_SECONDS = 0.1
@@ -54,17 +54,14 @@ FORK_TIMEOUT_SECONDS = 10.0
 """A fork is an ``os.fork`` and a few reopened files: milliseconds; this bounds a stuck one."""
 """How often an idle wait looks whether the holder was stopped by its cell."""
 
-if TYPE_CHECKING:
-    from .server import Supervisor
-
 
 class Holder:
     """The supervisor's side of one session's fork chain (see the module docstring)."""
 
     def __init__(
-        self, sup: Supervisor, limits: dict, *, adopt: tuple[socket.socket, int] | None = None
+        self, state: WorkerState, limits: dict, *, adopt: tuple[socket.socket, int] | None = None
     ) -> None:
-        self.sup = sup
+        self.state = state
         self.limits = limits
         cpu_soft, _ = cpu_limits(limits)
         # Per-cell CPU is a soft limit set by each cell; the hard one, fixed here, is a
@@ -94,7 +91,7 @@ class Holder:
         self._flush_stale()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        message = {"op": "fork", "landlock": self.sup.config.get("landlock")}
+        message = {"op": "fork", "landlock": self.state.config.get("landlock")}
         try:
             socket.send_fds(self.sock, [json.dumps(message).encode()], [theirs.fileno()])
         except OSError:
@@ -103,18 +100,22 @@ class Holder:
         finally:
             theirs.close()
         parent_said, fork_pid = self._await_fork(ours, time.monotonic() + FORK_TIMEOUT_SECONDS)
-        if parent_said.get("ok") and fork_pid > 1 and fork_pid not in self.sup.holder_pids():
-            fork = Holder(self.sup, self.limits, adopt=(ours, fork_pid))
+        if (
+            parent_said.get("ok")
+            and fork_pid > 1
+            and fork_pid not in self.state.family.holder_pids()
+        ):
+            fork = Holder(self.state, self.limits, adopt=(ours, fork_pid))
             self.park()
             fork.park()
             # anything either started while they ran: only holders live between requests
-            self.sup.sweeper.kill_except(self.sup.holder_pids() | {fork_pid})
+            self.state.sweeper.kill_except(self.state.family.holder_pids() | {fork_pid})
             return fork
         ours.close()
-        if fork_pid > 1 and fork_pid not in self.sup.holder_pids():
+        if fork_pid > 1 and fork_pid not in self.state.family.holder_pids():
             with contextlib.suppress(OSError):
                 os.kill(fork_pid, signal.SIGKILL)
-        self.sup.sweeper.kill_except(self.sup.holder_pids())
+        self.state.sweeper.kill_except(self.state.family.holder_pids())
         return str(parent_said.get("message") or "the fork did not start in time")
 
     def _await_fork(self, channel: socket.socket, deadline: float) -> tuple[dict, int]:
@@ -155,9 +156,9 @@ class Holder:
                 for fd in (0, 1, 2):
                     os.dup2(null, fd)
                 restrict_process(
-                    self.limits, self.sup.holder_landlock(), cpu=(self.cpu_hard, self.cpu_hard)
+                    self.limits, self.state.holder_landlock(), cpu=(self.cpu_hard, self.cpu_hard)
                 )
-                if self.sup.sessions.forked:  # read-only like its family (``forking``)
+                if self.state.family.forked:  # read-only like its family (``forking``)
                     problem = drop_metadata_changes()
                     if problem is not None:
                         raise RestrictionFailed(problem)
@@ -165,7 +166,7 @@ class Holder:
                 keep = child.fileno()
                 os.closerange(3, keep)
                 os.closerange(keep + 1, 1 << 16)
-                os.chdir(self.sup.workdir)
+                os.chdir(self.state.workdir)
                 reset_signals()
                 holder_loop(child)
             finally:
@@ -209,13 +210,13 @@ class Holder:
 
     def close(self) -> None:
         """Kill this holder (and anything else but the other sessions' holders)."""
-        others = self.sup.holder_pids() - {self.pid}
+        others = self.state.family.holder_pids() - {self.pid}
         if others:
             with contextlib.suppress(OSError):
                 os.kill(self.pid, signal.SIGKILL)
-            self.sup.sweeper.kill_except(others, timeout=2.0)
+            self.state.sweeper.kill_except(others, timeout=2.0)
         else:
-            self.sup.sweeper.kill_all(timeout=2.0)
+            self.state.sweeper.kill_all(timeout=2.0)
         if self.sock is not None:
             self.sock.close()
             self.sock = None
@@ -343,8 +344,8 @@ class Holder:
                                     continue
                                 # Helpers the cell forked may hold its output open: they
                                 # die now, so only the cell itself can delay end-of-file.
-                                self.sup.sweeper.kill_except(
-                                    {candidate, self.pid} | self.sup.holder_pids()
+                                self.state.sweeper.kill_except(
+                                    {candidate, self.pid} | self.state.family.holder_pids()
                                 )
                         else:
                             wait.status, wait.cpu = _died_report(msg)
@@ -369,7 +370,7 @@ class Holder:
         self, wait: CellWait, capture: Capture, timeout: float, cpu_soft: int, duration: float
     ) -> dict:
         """Adopt the new holder (or keep the old one), kill everything else, answer."""
-        sweeper = self.sup.sweeper
+        sweeper = self.state.sweeper
         spare = set()
         if wait.adopted:
             previous = self.pid
@@ -378,14 +379,14 @@ class Holder:
                 os.kill(previous, signal.SIGKILL)
             # Killed now (it cannot run anything any more); its teardown and reaping happen
             # after the answer is sent, off the cell's latency.
-            self.sup.pending_reap.append(previous)
+            self.state.pending_reap.append(previous)
             spare.add(previous)
         # The old holder serves no more cells once it handed its socket over.
         keep_holder = self.alive() and (wait.adopted or not wait.handed_over)
         if keep_holder and wait.finished:
             self.park()  # before the sweep: nothing it starts from now on survives
         sweeper.reaped.clear()
-        others = self.sup.holder_pids() - {self.pid}  # the other sessions' holders
+        others = self.state.family.holder_pids() - {self.pid}  # the other sessions' holders
         clean = sweeper.kill_except(({self.pid} if keep_holder else set()) | spare | others)
         if not wait.finished and keep_holder:
             wait.status, wait.cpu = self._await_finished()
@@ -410,7 +411,7 @@ class Holder:
             # zombies would take the process limit its family's next cells need.
             adopted, keep_holder = False, False
             kind, text = "error", ZOMBIES_NOTE
-        elif self.sup.sessions.forked and not remove_ipc_objects().clean:
+        elif self.state.family.forked and not remove_ipc_objects().clean:
             # The forks of a worker share its IPC namespace: a System V segment the new
             # holder keeps attached would be reachable from a sibling. Its state goes.
             adopted, keep_holder = False, False
