@@ -32,6 +32,7 @@ MODULES = (
     "probe",
     "forking",
     "chain",
+    "sealing",
     "state",
     "reset",
     "startup",

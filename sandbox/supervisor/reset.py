@@ -15,6 +15,7 @@ import time
 
 from .leftovers import POSIX_MQUEUE_DIR, remove_ipc_objects
 from .processes import attributes_changed, own_attributes
+from .sealing import inspect, private_changes
 from .state import WorkerState
 from .wipe import ScratchDir
 
@@ -48,6 +49,28 @@ class WorkerReset:
             else:
                 self.scratch_dirs.append(scratch)
         self.attributes = own_attributes()
+
+    def seal(self, req: dict) -> dict:
+        """Measure what the mounts let a run change, once, before any code runs (issue #40).
+
+        Where the host requires it (``config.seal.require_private``), a worker that
+        leaves a run any host inode to change refuses to serve (the host does not start
+        it). Until sealed, no request runs code (``Supervisor.serve``).
+        """
+        paths = [scratch.path for scratch in self.scratch_dirs] + self.scratch
+        exposure = inspect(sorted(set(paths)), self.scratch)
+        require = (self.state.config.get("seal") or {}).get("require_private", False)
+        problem = exposure.start_problem() if require else ""
+        answer = {
+            "ok": not problem,
+            "message": problem,
+            "host": sorted(exposure.host),
+            "private": sorted(exposure.private),
+            "fork_problem": exposure.fork_problem(),
+        }
+        if not problem:
+            self.state.exposure = exposure
+        return answer
 
     def ping(self, req: dict) -> dict:
         """Answered once the previous run's cleanup is done (``after_response`` runs
@@ -83,6 +106,11 @@ class WorkerReset:
         ipc = remove_ipc_objects()
         if not ipc.clean:
             self.reset_problem = f"System V IPC objects remain: {ipc.remaining}"
+            return False
+        exposure = self.state.exposure
+        changed = private_changes(exposure.private) if exposure is not None else []
+        if changed:
+            self.reset_problem = f"the worker's own inodes changed: {', '.join(changed)}"
             return False
         return not self.supervisor_changed()
 

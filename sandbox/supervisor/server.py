@@ -33,6 +33,7 @@ UTF-8 JSON):
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 
@@ -48,6 +49,8 @@ from .state import WorkerState
 
 SWEEPING_OPS = ("probe", "session_open")
 """Requests that sweep every process but the supervisor (the pre-forked child goes first)."""
+SEALED_OPS = ("probe", "run", "session_open", "session_fork", "cell")
+"""Requests that run code: refused until the worker is sealed (``WorkerReset.seal``)."""
 
 
 class Supervisor:
@@ -77,10 +80,16 @@ class Supervisor:
         enter_workdir(self.state, self.hello)
         self.cleanup.take_baselines(self.hello)
         settle_heap(self.hello)
+        # A holder resumed while parked is stopped again as soon as the kernel says so
+        # (its SIGCHLD), not only at its session's next request (issue #40, class 4).
+        signal.signal(signal.SIGCHLD, lambda *_: self.state.family.check_parked())
 
     def serve(self) -> None:
         write_frame(self.proto_out, self.hello)
+        if self.hello.get("fatal"):
+            return  # refused to start: the host reads why in the hello
         handlers = {
+            "seal": self.cleanup.seal,
             "ping": self.cleanup.ping,
             "probe": lambda req: probe(self.state, self.cleanup, req),
             "run": self.runs.run,
@@ -95,14 +104,17 @@ class Supervisor:
                 self.state.sweeper.kill_all(timeout=2.0)
                 return
             handler = handlers.get(req.get("op"))
+            self.state.family.check_parked()
             if req.get("op") in SWEEPING_OPS:
                 self.runs.discard_prepared()
             try:
-                resp = (
-                    handler(req)
-                    if handler
-                    else {"status": "sandbox_error", "message": "unknown op"}
-                )
+                if req.get("op") in SEALED_OPS and self.state.exposure is None:
+                    resp = {"status": "sandbox_error", "message": "the worker is not sealed"}
+                    resp["recycle"] = True
+                elif handler is None:
+                    resp = {"status": "sandbox_error", "message": "unknown op"}
+                else:
+                    resp = handler(req)
             except Exception as exc:  # never die on a bad request: report and recycle
                 where = traceback.extract_tb(exc.__traceback__)[-1]
                 resp = {

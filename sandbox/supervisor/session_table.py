@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+from .forking import SCOPED_ABI
 from .leftovers import sysv_objects_exist
 from .restrictions import READ_ONLY_SECCOMP
 from .sessions import Holder
@@ -71,6 +72,15 @@ class SessionTable:
         state = self.state
         if state.landlock is None or state.landlock.fd < 0 or state.read_only_landlock is None:
             return {"ok": False, "message": "forking needs Landlock, which is not active here"}
+        if state.landlock.abi < SCOPED_ABI:
+            return {
+                "ok": False,
+                "message": f"forking needs Landlock ABI {SCOPED_ABI} (signals and abstract "
+                f"sockets scoped to a branch); this kernel has ABI {state.landlock.abi}",
+            }
+        mounts = state.exposure.fork_problem() if state.exposure is not None else "not sealed"
+        if mounts:
+            return {"ok": False, "message": f"forking needs private mounts: {mounts}"}
         if not READ_ONLY_SECCOMP:
             return {
                 "ok": False,

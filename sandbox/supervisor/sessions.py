@@ -35,7 +35,14 @@ from .forking import METADATA_DROPPED
 from .leftovers import remove_ipc_objects
 from .outcome import Capture, classify, result_dict, return_code
 from .processes import await_no_zombies
-from .restrictions import RestrictionFailed, cpu_limits, drop_metadata_changes, restrict_process
+from .restrictions import (
+    CHILD_SECCOMP,
+    READ_ONLY_SECCOMP,
+    RestrictionFailed,
+    cpu_limits,
+    drop_metadata_changes,
+    restrict_process,
+)
 from .state import WorkerState
 from .usercode import INTERNAL_ERROR_EXIT, reset_signals, text_fd
 
@@ -71,6 +78,15 @@ class Holder:
         self.sock: socket.socket | None = None
         self.pid = 0
         self.pidfd = -1
+        self.parked = False
+        """Stopped by ``park`` until its session's next request."""
+        self.tainted = False
+        """Found running while parked (resumed by a signal): its state is not trusted."""
+        self.nested: list[Holder] = []
+        """Holders whose Landlock domain is nested in this one's (its forks, and theirs,
+        made since it last entered a domain of its own): it runs no cell while one lives."""
+        self.lost_note = ""
+        """Why this holder was killed by the supervisor (said when its session finds it gone)."""
         if adopt is None:
             self._start()
         else:  # a fork of another session's holder (``fork``), already running
@@ -82,12 +98,22 @@ class Holder:
 
         The holder side is ``forking.fork_holder``; here the supervisor believes the
         fork's existence only from the kernel: a ``ready`` on the fork's own channel,
-        whose sender pid is vouched for, after the parent reported success.
+        whose sender pid is vouched for, after the parent reported success. The parent
+        is parked again on every way out (issue #40, class 4).
         """
         if not self.alive() or self.sock is None:
             return "the session's state holder is gone"
-        with contextlib.suppress(OSError):
-            os.kill(self.pid, signal.SIGCONT)
+        if self.tainted:
+            return TAINTED_NOTE
+        self.resume()
+        try:
+            return self._fork()
+        finally:
+            if self.alive():
+                self.park()
+
+    def _fork(self) -> Holder | str:
+        assert self.sock is not None
         self._flush_stale()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
@@ -100,23 +126,24 @@ class Holder:
         finally:
             theirs.close()
         parent_said, fork_pid = self._await_fork(ours, time.monotonic() + FORK_TIMEOUT_SECONDS)
-        if (
-            parent_said.get("ok")
-            and fork_pid > 1
-            and fork_pid not in self.state.family.holder_pids()
-        ):
+        holders = self.state.family.holder_pids()
+        made = parent_said.get("ok") and fork_pid > 1 and fork_pid not in holders
+        problem = family_filters_problem({self.pid, fork_pid}) if made else ""
+        if made and not problem:
             fork = Holder(self.state, self.limits, adopt=(ours, fork_pid))
-            self.park()
             fork.park()
+            for holder in [self, *self.state.family.holders.values()]:
+                if holder is self or self in holder.nested:  # the fork is in their domain
+                    holder.nested = [h for h in holder.nested if h.alive()] + [fork]
             # anything either started while they ran: only holders live between requests
-            self.state.sweeper.kill_except(self.state.family.holder_pids() | {fork_pid})
+            self.state.sweeper.kill_except(holders | {fork_pid})
             return fork
         ours.close()
-        if fork_pid > 1 and fork_pid not in self.state.family.holder_pids():
+        if fork_pid > 1 and fork_pid not in holders:
             with contextlib.suppress(OSError):
                 os.kill(fork_pid, signal.SIGKILL)
-        self.state.sweeper.kill_except(self.state.family.holder_pids())
-        return str(parent_said.get("message") or "the fork did not start in time")
+        self.state.sweeper.kill_except(holders)
+        return problem or str(parent_said.get("message") or "the fork did not start in time")
 
     def _await_fork(self, channel: socket.socket, deadline: float) -> tuple[dict, int]:
         """The parent's ``forked`` report and the pid that said ``ready`` on ``channel``."""
@@ -175,6 +202,13 @@ class Holder:
         parent.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         self.sock = parent
         self._track(pid)
+        self.tainted = False
+        self.lost_note = ""
+        self.nested = []  # a fresh process from the supervisor: a domain of its own
+        for holder in self.state.family.holders.values():
+            if self in holder.nested:
+                holder.nested.remove(self)
+        self.park()  # a fresh holder waits for its first cell stopped, like any other
 
     def _track(self, pid: int) -> None:
         if self.pidfd >= 0:
@@ -201,6 +235,25 @@ class Holder:
         deadline = time.monotonic() + 1.0
         while process_state(self.pid) not in STOPPED_OR_GONE and time.monotonic() < deadline:
             time.sleep(0.0002)
+        continued_since_stop(self.pid)  # drop a continue of ours the stop made stale
+        self.parked = True
+
+    def resume(self) -> None:
+        """Let the holder run for a request of its own session (``park`` ends it)."""
+        self.parked = False
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGCONT)
+
+    def check_parked(self) -> None:
+        """A parked holder found running (someone sent it ``SIGCONT``) is stopped again at
+        once and its state is no longer trusted: its session's next request replaces it
+        and replays the kept cells (issue #40, class 4)."""
+        if not self.parked or not self.alive():
+            return
+        if continued_since_stop(self.pid) or process_state(self.pid) not in STOPPED_OR_GONE:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGSTOP)
+            self.tainted = True
 
     def alive(self) -> bool:
         if self.pidfd < 0:
@@ -242,11 +295,11 @@ class Holder:
         self.close()
         self._start()
 
-    def _lost(self) -> dict:
+    def _lost(self, why: str = "the session's state holder was gone") -> dict:
         self._restart()
         return {
             "status": "sandbox_error",
-            "message": "the session's state holder was gone; a fresh one was started",
+            "message": f"{why}; a fresh one was started",
             "state_lost": True,
             "not_run": True,
         }
@@ -259,9 +312,45 @@ class Holder:
             self.cpu_hard - 1,
         )
         if not self.alive():
-            return self._lost()
+            return self._lost(self.lost_note or "the session's state holder was gone")
+        if self.tainted:
+            return self._lost(TAINTED_NOTE)
+        self.resume()
+        try:
+            self._separate_from_forks()
+            return self._run_cell(req, timeout, cpu_soft)
+        finally:
+            if self.alive() and not self.parked:
+                self.park()  # every way out: the holder runs only inside a request
+
+    def _separate_from_forks(self) -> None:
+        """Before a cell: a holder whose forks live in domains nested in its own enters a
+        new one (``forking.enter_own_domain``), so that its cell cannot signal, trace,
+        see or connect to them. Where it cannot (every Landlock layer used), those forks
+        are killed instead: their sessions replay on a fresh holder (issue #40)."""
+        live = [holder for holder in self.nested if holder.alive()]
+        self.nested = []
+        if not live or self.sock is None:
+            return
+        message = {"op": "domain", "landlock": self.state.config.get("landlock")}
+        answer: dict = {}
         with contextlib.suppress(OSError):
-            os.kill(self.pid, signal.SIGCONT)  # an earlier cell may have stopped its holder
+            self._flush_stale()
+            self.sock.send(json.dumps(message).encode())
+            deadline = time.monotonic() + DOMAIN_SECONDS
+            while time.monotonic() < deadline and answer.get("event") not in ("domain", "eof"):
+                ready, _, _ = select.select([self.sock], [], [], deadline - time.monotonic())
+                if ready:
+                    answer = self._recv() or {}
+        if answer.get("ok"):
+            return
+        for holder in live:
+            holder.lost_note = SEPARATION_NOTE
+            with contextlib.suppress(OSError):
+                os.kill(holder.pid, signal.SIGKILL)
+
+    def _run_cell(self, req: dict, timeout: float, cpu_soft: int) -> dict:
+        limits = self.limits
         self._flush_stale()
         self.seq += 1
         seq = self.seq
@@ -486,6 +575,55 @@ def process_state(pid: int) -> bytes:
             return f.read().rsplit(b")", 1)[1].split()[0]
     except (OSError, IndexError):
         return b""
+
+
+DOMAIN_SECONDS = 5.0
+"""Entering a Landlock domain is one system call; this bounds a holder that does not answer."""
+SEPARATION_NOTE = (
+    "its parent session could not enter a Landlock domain apart from it (a process has "
+    "at most 16 layers), so this fork's state holder was ended"
+)
+TAINTED_NOTE = (
+    "the session's state holder ran outside a request (a signal resumed it while it was "
+    "parked), so its state is not trusted"
+)
+
+
+def continued_since_stop(pid: int) -> bool:
+    """Did ``pid`` (a child, as every holder is of the subreaper) get resumed since it
+    last stopped? Consumes the kernel's record of it."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WCONTINUED | os.WNOHANG)
+    except (ChildProcessError, OSError):
+        return False
+    return info is not None and info.si_code == os.CLD_CONTINUED
+
+
+def seccomp_filters(pid: int) -> int | None:
+    """How many seccomp filters ``pid`` runs under (``None``: cannot tell)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Seccomp_filters:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def family_filters_problem(pids: set[int]) -> str:
+    """After a fork, parent and fork must run the read-only stage on top of the others:
+    their own code made the calls, and a cell can rebind that code (issue #40, class 7),
+    so the supervisor counts the filters the kernel holds for them."""
+    expected = 1 + len(CHILD_SECCOMP) + len(READ_ONLY_SECCOMP)
+    for pid in sorted(pids):
+        count = seccomp_filters(pid)
+        if count is None or count < expected:
+            return (
+                f"a holder of the family runs {count} seccomp filters, not the {expected} "
+                "a forked family must: the fork is refused"
+            )
+    return ""
 
 
 def continue_if_stopped(pid: int) -> None:

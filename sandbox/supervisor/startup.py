@@ -4,7 +4,9 @@ Loading (``load_libraries``): Debian's site directories, the pre-imported packag
 the host's warm-up code, so that every forked child starts with them already in memory.
 Dropping (``confine_supervisor``): dumpability, the subreaper role, the Landlock rulesets
 its children apply, and the seccomp filter (loaded here, inherited by every child), with
-the stages its children stack on top. What happened goes into the ``hello`` frame.
+the stages its children stack on top. What happened goes into the ``hello`` frame; a
+restriction the host asked for that cannot be applied puts ``fatal`` in it, and the
+supervisor serves nothing (fail closed, issue #40).
 """
 
 from __future__ import annotations
@@ -67,12 +69,18 @@ def confine_supervisor(state: WorkerState, hello: dict) -> None:
         state.landlock = Landlock(spec, scope_signals=scope)
         state.read_only_landlock = Landlock(read_only_spec(spec), scope_signals=scope)
         hello.update(landlock_abi=state.landlock.abi, landlock_error=state.landlock.error)
+        broken = state.landlock.error or state.read_only_landlock.error
+        if state.landlock.abi >= 1 and broken:
+            # the kernel has Landlock but a rule of ours did not go in: fail closed
+            hello["fatal"] = f"the Landlock ruleset is incomplete: {broken}"
     else:
         hello.update(landlock_abi=None, landlock_error="disabled by the host")
     bpf = config.get("seccomp_bpf")
     if bpf:
         error = apply_seccomp(base64.b64decode(bpf))
         hello.update(seccomp=error is None, seccomp_error=error)
+        if error is not None:  # the host asked for a filter: never serve without it
+            hello["fatal"] = f"the seccomp filter could not be loaded: {error}"
     else:
         hello.update(seccomp=False, seccomp_error="no filter given by the host")
     stages = config.get("seccomp_stages") or {}

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from .processes import Sweeper
 from .restrictions import Landlock
+from .sealing import Exposure
 
 
 class HeldProcess(Protocol):
@@ -21,6 +22,8 @@ class HeldProcess(Protocol):
     pid: int
     seq: int
     """Cells run so far (a fork starts from its parent's count)."""
+    nested: list
+    """Holders whose Landlock domain is nested in this one's (see ``sessions.Holder``)."""
 
     def alive(self) -> bool: ...
 
@@ -29,6 +32,8 @@ class HeldProcess(Protocol):
     def fork(self) -> HeldProcess | str: ...
 
     def run_cell(self, req: dict) -> dict: ...
+
+    def check_parked(self) -> None: ...
 
 
 @dataclass
@@ -51,6 +56,11 @@ class Family:
         """The processes a sweep must spare: every live session's state holder."""
         return {holder.pid for holder in self.holders.values() if holder.alive()}
 
+    def check_parked(self) -> None:
+        """Stop again any parked holder something resumed (``Holder.check_parked``)."""
+        for holder in list(self.holders.values()):
+            holder.check_parked()
+
 
 @dataclass
 class WorkerState:
@@ -66,6 +76,8 @@ class WorkerState:
     pending_reap: list[int] = field(default_factory=list)
     """Killed processes whose reaping waits until the answer is sent."""
     family: Family = field(default_factory=Family)
+    exposure: Exposure | None = None
+    """What the mounts let a run change (``seal``); ``None``: not sealed, no code runs."""
 
     def holder_landlock(self) -> Landlock | None:
         """What a new holder is confined by: read-only once any session of this worker forked."""

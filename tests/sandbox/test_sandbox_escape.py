@@ -2,8 +2,8 @@
 
 For every program: its expected outcome, then the host is unharmed (a canary file in the
 host's /tmp is untouched, a host TCP listener saw no connection, no secret from the
-host's environment leaked), nothing the program started is still alive (on the host and
-inside the sandbox), and the next execution in the same pool works.
+host's environment leaked), nothing the program started is still alive (seen from the
+host), and the next execution in the same pool works.
 
 Backends come from ``tests/support/sandbox_escape/backends.py``; one that cannot run here is
 skipped with the reason.
@@ -46,19 +46,6 @@ ESCAPE_CONFIG = SandboxConfig(
     workdir_size_mb=32,
     max_processes=32,
     pool_size=2,
-)
-
-LEFTOVERS_INSIDE = (
-    "import os\n"
-    "me = os.getpid()\n"
-    "ancestors, pid = set(), me\n"
-    "while pid > 1:\n"
-    "    ancestors.add(pid)\n"
-    "    with open(f'/proc/{pid}/stat') as f:\n"
-    "        pid = int(f.read().rsplit(')', 1)[1].split()[1])\n"
-    "ancestors.add(pid)\n"
-    "others = sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in ancestors)\n"
-    "print(others)"
 )
 
 
@@ -206,10 +193,9 @@ async def assert_host_and_pool_unharmed(spec: BackendSpec, sandbox: Sandbox, ctx
             )
         )
         assert strays == set(), f"host processes left behind: {_describe(strays)}"
-    # ...nor inside the sandbox, and the pool still works.
-    inside = await sandbox.run(LEFTOVERS_INSIDE)
-    assert inside.ok, inside
-    assert inside.stdout.strip() == "[]", f"processes left inside the sandbox: {inside.stdout}"
+    # (Inside the sandbox nothing can be listed: /proc shows a run no process of another
+    # Landlock domain, and every run has its own; the host's view above is the check.)
+    # The pool still works.
     nxt = await sandbox.run("print(sum(range(10)))")
     assert nxt.ok and nxt.stdout == "45\n", nxt
 
@@ -228,6 +214,8 @@ async def test_escape_program(
     assert context.env_secret not in result.stdout + result.stderr
     if program.check is not None:
         program.check(result, context)
+    if program.host_check is not None:
+        program.host_check(sandbox)
     if program.followup is not None:
         code, expected = program.followup
         # the next execution lands on whichever worker is idle: ask both
