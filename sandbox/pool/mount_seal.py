@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,28 +67,21 @@ class SealResult:
 
 async def tighten_mounts(pid: int, plan: MountPlan) -> SealResult:
     """Run the helper against the mount namespace of host pid ``pid``."""
-    source = Path(__file__).read_text()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-I",
-        "-S",
-        "-c",
-        source,
-        str(pid),
-        plan.as_json(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    return await asyncio.to_thread(_run_helper, pid, plan)
+
+
+def _run_helper(pid: int, plan: MountPlan) -> SealResult:
+    """Blocking, in a thread: no event-loop transport outlives the helper's pipes."""
+    argv = [sys.executable, "-I", "-S", "-c", Path(__file__).read_text(), str(pid), plan.as_json()]
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), HELPER_SECONDS)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        return SealResult(failed={"helper": "did not finish in time"})
+        done = subprocess.run(argv, capture_output=True, timeout=HELPER_SECONDS, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return SealResult(failed={"helper": f"{type(exc).__name__}: {exc}"})
     try:
-        report = json.loads(out)
+        report = json.loads(done.stdout)
     except ValueError:
-        return SealResult(failed={"helper": (err or out).decode(errors="replace")[-500:]})
+        detail = (done.stderr or done.stdout).decode(errors="replace")[-500:]
+        return SealResult(failed={"helper": detail})
     return SealResult(done=list(report.get("done", [])), failed=dict(report.get("failed", {})))
 
 

@@ -102,6 +102,8 @@ class SupervisedSession(Session, Generic[W]):
                 request = {"op": "session_close", "session": self._session_id}
                 with contextlib.suppress(WorkerDead):
                     await worker.request(request, FORK_REQUEST_SECONDS)
+                if worker.branches is not None:
+                    worker.branches.forget(self._session_id)
             return
         await self._sandbox._retire(worker)
 
@@ -153,7 +155,10 @@ class SupervisedSession(Session, Generic[W]):
                     notes.append(await self._replay(worker))
                 result, response = await self._cell(worker, code, timeout)
                 if response.get("not_run") and attempt == 0:
-                    # The state was gone before the cell started: restore it, then run the cell.
+                    # The state was gone before the cell started: restore it, then run the
+                    # cell, and say why it was gone.
+                    if result.message:
+                        notes.append(result.message)
                     self._needs_replay = bool(self._cells)
                     continue
                 break
@@ -177,15 +182,31 @@ class SupervisedSession(Session, Generic[W]):
             "timeout": timeout,
             "show_last": cfg.show_last_expression,
         }
-        before = self._sandbox._oom_count(worker)
+        before = self._oom_count(worker)
         try:
             response = await worker.request(request, timeout + REQUEST_GRACE_SECONDS)
         except WorkerDead as exc:
             result = await self._lost_worker_result(worker, exc, before)
             self._needs_replay = bool(self._cells)
             return result, {"not_run": not exc.delivered}
-        oom = oom_between(before, self._sandbox._oom_count(worker))
+        oom = oom_between(before, self._oom_count(worker))
+        holder = response.get("holder")
+        if worker.branches is not None and isinstance(holder, int):
+            # a fresh holder starts in the worker's group: back into this branch's
+            problem = self._sandbox._separate_memory(worker, {self._session_id: holder})
+            if problem:
+                worker.recycle = True  # no branch may share memory: the worker goes
+                response = {**response, "state_lost": True}
         return to_exec_result(response, oom=oom, memory_mb=cfg.memory_limit_mb), response
+
+    def _oom_count(self, worker: W) -> int | None:
+        """The OOM-kill counter of this session's own memory: its branch group once the
+        worker's sessions forked (a kill elsewhere is not this cell's), else the worker's."""
+        if worker.branches is not None:
+            count = worker.branches.oom_kills(self._session_id)
+            if count is not None:
+                return count
+        return self._sandbox._oom_count(worker)
 
     async def _replay(self, worker: W) -> str:
         """Rebuild lost state by re-running the cells that had been kept, quietly."""
@@ -250,6 +271,16 @@ class SupervisedSession(Session, Generic[W]):
                 self._sandbox.stats.get("session_fork_refusals", 0) + 1
             )
             return None, str(response.get("message") or "the supervisor refused the fork")
+        placements = {
+            self._session_id: response.get("parent_holder"),
+            session_id: response.get("holder"),
+        }
+        problem = self._sandbox._separate_memory(share.worker, placements, forked=True)
+        if problem:  # the branches would share one memory group: no in-worker fork
+            with contextlib.suppress(WorkerDead):
+                close = {"op": "session_close", "session": session_id}
+                await share.worker.request(close, FORK_REQUEST_SECONDS)
+            return None, problem
         clone = self._sandbox.session()
         assert isinstance(clone, SupervisedSession)
         share.sessions += 1

@@ -35,6 +35,7 @@ from agentenvs.sandbox.base import (
     SandboxUnavailable,
 )
 from agentenvs.sandbox.capabilities import enforce_minimum, run_sync
+from agentenvs.sandbox.pool.branch_memory import BranchMemory, host_pid_of
 from agentenvs.sandbox.pool.care import SETTLE_ON_CLOSE_SECONDS, PoolCare, Slot, W
 from agentenvs.sandbox.pool.errors import WorkerDead, WorkerStartError
 from agentenvs.sandbox.pool.files import decode_files, encode_files, request_problem
@@ -145,6 +146,45 @@ class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
     ) -> ExecResult:
         """Retire a worker that died during a run and say what happened."""
         raise NotImplementedError
+
+    def _branch_memory(self, worker: W) -> BranchMemory | str | None:
+        """Where the worker's sessions get a memory group each (``pool/branch_memory``):
+        the groups, why they cannot be made (a shared group that cannot be split: forks
+        are refused), or ``None`` when the worker has no memory group to share."""
+        return None
+
+    def _supervisor_host_pid(self, worker: W) -> int | None:
+        """The worker's supervisor as the host sees it (``None``: not on this machine)."""
+        return None
+
+    def _separate_memory(
+        self, worker: W, holders: dict[int, object], *, forked: bool = False
+    ) -> str:
+        """Give each session (id -> its holder's pid in the worker) a memory group of its
+        own; why that is impossible, or ''. Issue #40, class 5. Right after a fork
+        (``forked``) both holders must be found; after a cell, a holder that is already
+        gone (its cell killed it) has nothing to place: the next request replaces it."""
+        branches = worker.branches
+        if branches is None:
+            made = self._branch_memory(worker)
+            if made is None:
+                return ""
+            if isinstance(made, str):
+                return made
+            worker.branches = branches = made
+        supervisor = self._supervisor_host_pid(worker)
+        for session, inner in holders.items():
+            if not isinstance(inner, int) or not branches.needs_placing(session, inner):
+                continue
+            host = host_pid_of(supervisor, inner) if supervisor else None
+            if host is None:
+                if forked:
+                    return f"the state holder of session {session} is not visible on the host"
+                continue
+            problem = branches.place(session, inner, host)
+            if problem:
+                return problem
+        return ""
 
     def _apply_memory_limit(self, worker: W, memory_bytes: int) -> None:
         """Raise or lower the worker's outer memory limit before a request (if it has one)."""

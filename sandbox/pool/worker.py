@@ -28,6 +28,7 @@ from agentenvs.sandbox.pool.protocol import (
 )
 
 if TYPE_CHECKING:
+    from agentenvs.sandbox.pool.branch_memory import BranchMemory
     from agentenvs.sandbox.pool.health import WorkerHealth
 
 IDLE_PROCESS_NAME = "sandbox-idle"
@@ -61,6 +62,8 @@ class FramedRequests:
     """The supervisor's ``seal`` answer: what a run could change, what forks lack."""
     mount_failures: dict[str, str] | None = None
     """Mounts the host could not tighten (``_mount_plan``), by path."""
+    branches: BranchMemory | None = None
+    """One memory group per session, once a session of this worker forked (``session.py``)."""
 
     def __init__(self) -> None:
         self.hello: dict = {}

@@ -100,7 +100,14 @@ class SessionTable:
         fork.seq = holder.seq
         session_id = self._new_id()
         self.holders[session_id] = fork
-        return {"ok": True, "session": session_id, "seconds": time.monotonic() - started}
+        return {
+            "ok": True,
+            "session": session_id,
+            "seconds": time.monotonic() - started,
+            # where the host puts each branch's memory (``pool/branch_memory.py``)
+            "holder": fork.pid,
+            "parent_holder": holder.pid,
+        }
 
     def close(self, req: dict) -> dict:
         holder = self._holder(req)
@@ -114,4 +121,6 @@ class SessionTable:
         holder = self._holder(req)
         if holder is None:
             return {"status": "sandbox_error", "message": "no such session is open"}
-        return holder.run_cell(req)
+        answer = holder.run_cell(req)
+        answer["holder"] = holder.pid  # a fresh holder may need its branch's memory group
+        return answer

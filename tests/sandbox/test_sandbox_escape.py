@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from support.sandbox_escape.backends import BackendSpec, sandbox_backends, started
+from support.sandbox_escape.fail_closed import DEVICE_PROGRAMS, FAIL_CLOSED_FAMILIES
 from support.sandbox_escape.programs import (
     CONCURRENT_READER,
     CONCURRENT_WRITER,
@@ -204,7 +205,7 @@ def _expected(spec: BackendSpec, name: str, default: set[str]) -> set[str]:
     return spec.expect_overrides.get(name, default)
 
 
-@pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.name)
+@pytest.mark.parametrize("program", PROGRAMS + DEVICE_PROGRAMS, ids=lambda p: p.name)
 async def test_escape_program(
     backend: tuple[BackendSpec, Sandbox], context: Context, program: Program
 ) -> None:
@@ -273,12 +274,13 @@ async def test_escape_session_program(
     await assert_host_and_pool_unharmed(spec, sandbox, context)
 
 
-@pytest.mark.parametrize("program", FAMILY_PROGRAMS, ids=lambda p: p.name)
+@pytest.mark.parametrize("program", FAMILY_PROGRAMS + FAIL_CLOSED_FAMILIES, ids=lambda p: p.name)
 async def test_escape_fork_family_program(
     backend: tuple[BackendSpec, Sandbox], context: Context, program: FamilyProgram
 ) -> None:
-    """Issue #24: a forked branch cannot change its parent's future (scheduling, limits,
-    the family's process count); the parent's cells after the branch's still work."""
+    """Issues #24 and #40: a forked branch cannot change its parent's future (scheduling,
+    limits, the family's process count, files, memory), nor talk to it or watch it, in
+    either direction; the parent's cells after the branch's still work."""
     spec, sandbox = backend
 
     async def cells(session, listed) -> None:
@@ -292,9 +294,13 @@ async def test_escape_fork_family_program(
         await cells(parent, program.before)
         branch = await parent.fork()
         try:
-            assert branch.forked_by == "process", branch.fork_refusal  # type: ignore[attr-defined]
+            assert branch.forked_by == program.forked_by, branch.fork_refusal  # type: ignore[attr-defined]
             await cells(branch, program.branch)
+            await asyncio.sleep(program.idle_before.get("after", 0.0))
             await cells(parent, program.after)
+            await asyncio.sleep(program.idle_before.get("branch_after", 0.0))
+            await cells(branch, program.branch_after)
+            assert branch.replays == parent.replays == 0, "a holder was lost"  # type: ignore[attr-defined]
         finally:
             await branch.close()
     await assert_host_and_pool_unharmed(spec, sandbox, context)

@@ -298,6 +298,10 @@ class ContainerWorker(FramedRequests):
         """Remove the container (SIGKILL to everything in it) and close the stream."""
         self._dead = True
         await _finish_in_thread(self._remove)
+        if self.branches is not None:  # ours, inside the engine's group: ours to remove
+            self.branches.remove_all()
+            with contextlib.suppress(OSError):
+                self.branches.group.rmdir()
         if self.stream is not None:
             await self.stream.close()
 

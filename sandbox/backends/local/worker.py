@@ -209,6 +209,8 @@ class Worker(FramedRequests):
             transport = getattr(self.proc, "_transport", None)
             if transport is not None:
                 transport.close()  # closes the pipes now rather than at garbage collection
+        if self.branches is not None:
+            self.branches.remove_all()
         if self.cgroup is not None:
             self.cgroup.remove()
             self.cgroup = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 
 import pytest
 import pytest_asyncio
@@ -22,6 +23,7 @@ from agentenvs.sandbox import ExecStatus, SandboxConfig
 from agentenvs.sandbox.backends.local.backend import LocalSandbox
 from agentenvs.sandbox.base import SessionForkError
 from agentenvs.sandbox.pool.supervised import SESSION_FORK_LIMIT
+from agentenvs.sandbox.pool.worker import children_of
 
 # The in-worker fork needs Landlock (the forked family loses write access through it).
 needs_sandbox = machine_skips.needs(*machine_skips.LOCAL_SANDBOX, "landlock")
@@ -382,3 +384,31 @@ async def test_a_thousand_forks_and_closes_leave_nothing_behind(sandbox):
         await asyncio.sleep(0.2)  # session spares are refilled in the background
         assert len(open_fds() - fds) <= 8
         assert await value(parent, "x") == "42"
+
+
+def _state(pid: int) -> str:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+
+async def test_a_parked_holder_resumed_from_outside_is_stopped_again_and_replaced(sandbox):
+    """Issue #40, class 4, the supervisor's own watch: no process of the sandbox can
+    resume a parked holder (Landlock scopes signals), so the test does it from the host.
+    The holder is stopped again at once (the supervisor's SIGCHLD), and its session's
+    next request replaces it and replays the kept cells: its state, which ran outside
+    any request, is not trusted."""
+    async with sandbox.session() as session:
+        assert (await session.run("x = 7")).ok
+        worker = session._worker
+        parked: list[int] = []
+        for _ in range(100):  # the finished cell is re-parented once its holder is reaped
+            parked = [pid for pid in children_of(worker.supervisor_pid) if _state(pid) == "T"]
+            if parked:
+                break
+            await asyncio.sleep(0.01)
+        (holder,) = parked
+        os.kill(holder, signal.SIGCONT)
+        await asyncio.sleep(0.2)
+        assert _state(holder) == "T", "a resumed holder must be stopped again"
+        result = await session.run("x")
+        assert result.ok and result.stdout == "7\n", result
+        assert session.replays == 1 and "outside a request" in result.message, result

@@ -902,6 +902,12 @@ class FamilyProgram:
     before: list[tuple[str, set[str], str | None]]
     branch: list[tuple[str, set[str], str | None]]
     after: list[tuple[str, set[str], str | None]]
+    branch_after: list[tuple[str, set[str], str | None]] = field(default_factory=list)
+    """Cells in the fork once the parent's ``after`` cells ran."""
+    forked_by: str = "process"
+    """How the fork must have been made ("replay": the supervisor must refuse it)."""
+    idle_before: dict[str, float] = field(default_factory=dict)
+    """Phase ("after", "branch_after") -> seconds the whole family stays idle before it."""
 
 
 _SNAPSHOT = (
