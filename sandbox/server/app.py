@@ -44,9 +44,11 @@ SERVED_LANGUAGES = sorted(PYTHON_NAMES | {"bash"})
 SERVER_OUTPUT_BYTES = 1024 * 1024
 """Default per-stream output cap of the server: SandboxFusion's own capture size (1 MiB),
 so a correct program printing 100 KB is a ``Success`` that verl scores as correct."""
-BODY_BUDGET_BYTES = 2 * MAX_BODY_BYTES
-"""Request bodies the server holds at once (issue #40: two at the cap, any number of
-small ones); a request waits for its share, or is answered 503 (``server/body.py``)."""
+BODY_BUDGET_BYTES = MAX_BODY_BYTES
+"""Request bodies the server holds at once (issue #40): one at the cap, or any number of
+smaller ones up to the same sum. A request holds its share until its answer is sent (its
+parsed fields, decoded files and run: 3-7x the body's bytes in the server's memory);
+one that cannot get it in time is answered 503 (``server/body.py``)."""
 
 
 class CommandRunResult(BaseModel):

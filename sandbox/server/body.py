@@ -96,7 +96,8 @@ class BodySizeLimit:
         try:
             body = await self._read(receive, send, self.timeout)
             if body is not None:
-                await self.app(scope, _replay(body, receive), send)
+                replay, body = _replay(body, receive), None  # the app holds the only copy
+                await self.app(scope, replay, send)
         finally:
             await self.budget.give_back(share)
 
@@ -149,14 +150,15 @@ async def _refuse(send: Send, status: int, kind: str, why: str) -> None:
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that hands the app the body already read, then defers to the client."""
-    sent = False
+    """A ``receive`` that hands the app the body already read, then defers to the client.
+
+    The body is handed over, not kept: once the app has it, this closure no longer holds a
+    reference (one copy less for the request's whole life)."""
+    held: list[bytes] = [body]
 
     async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
+        if held:
+            return {"type": "http.request", "body": held.pop(), "more_body": False}
         return await receive()
 
     return replay

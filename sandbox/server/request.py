@@ -72,7 +72,11 @@ def utf8_text(value: str) -> str:
 
 def _max_bytes(limit: int) -> Callable[[str | None], str | None]:
     def check(value: str | None) -> str | None:
-        if value is not None and len(value.encode("utf-8")) > limit:
+        # a str is at least one byte per character and at most four: most values are
+        # decided without encoding a copy of them
+        if value is None or len(value) <= limit // 4:
+            return value
+        if len(value) > limit or len(value.encode("utf-8")) > limit:
             raise ValueError(f"is larger than the server's cap of {limit} bytes (UTF-8)")
         return value
 

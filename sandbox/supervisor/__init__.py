@@ -9,7 +9,8 @@
 - ``probe``: what a restricted child can do, measured from inside.
 - ``state``: what the parts below share (config, confinement, the session family).
 - ``startup``: what the supervisor loads once and drops before serving.
-- ``reset``: whether the worker may run again after a run (baselines, wipe, checks).
+- ``reset``: whether the worker may run again after a run (baselines, wipe, checks), and
+  whether it may run at all (``seal``, measured by ``sealing``).
 - ``runs``: stateless runs, one pre-forked child each.
 - ``self_check``: the ``probe`` request (a child restricted like a run reports).
 - ``sessions``, ``chain``, ``forking``, ``session_table``: the fork chain that holds a

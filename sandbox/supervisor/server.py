@@ -24,10 +24,14 @@ UTF-8 JSON):
    ``seccomp_stages`` (``{"children": ..., "read_only": ...}``, base64 programs stacked
    later: by every child, by every holder of a family that forked),
    ``landlock`` (``{"read": [...], "write": [...], "write_files": [...]}`` or null),
-   ``landlock_scope_signals``, ``subreaper``, ``pid_namespace``.
-3. ``hello`` event (supervisor -> host), then one response per request:
-   ``probe`` (``self_check``), ``run`` (``runs``), ``session_open``, ``session_fork``,
-   ``session_close``, ``cell`` (``session_table``), ``ping`` (``reset``), ``exit``.
+   ``landlock_scope_signals``, ``subreaper``, ``pid_namespace``,
+   ``seal`` (``{"require_private": bool}``: refuse to serve where a run could change a
+   host inode).
+3. ``hello`` event (supervisor -> host; with ``fatal`` when a restriction the host asked
+   for could not be applied: nothing is served), then one response per request:
+   ``seal`` (``reset``; first, before anything runs code), ``probe`` (``self_check``),
+   ``run`` (``runs``), ``session_open``, ``session_fork``, ``session_close``, ``cell``
+   (``session_table``), ``ping`` (``reset``), ``exit``.
 """
 
 from __future__ import annotations

@@ -34,10 +34,15 @@ from .chain import holder_loop, receive_with_sender
 from .forking import METADATA_DROPPED
 from .leftovers import remove_ipc_objects
 from .outcome import Capture, classify, result_dict, return_code
-from .processes import await_no_zombies
+from .processes import (
+    STOPPED_OR_GONE,
+    await_no_zombies,
+    continue_if_stopped,
+    continued_since_stop,
+    family_filters_problem,
+    process_state,
+)
 from .restrictions import (
-    CHILD_SECCOMP,
-    READ_ONLY_SECCOMP,
     RestrictionFailed,
     cpu_limits,
     drop_metadata_changes,
@@ -565,18 +570,6 @@ class CellWait:
     holder_gone: bool = False
 
 
-STOPPED_OR_GONE = (b"T", b"t", b"Z", b"X", b"")
-
-
-def process_state(pid: int) -> bytes:
-    """The state letter of ``/proc/<pid>/stat`` (b"" when the process is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return b""
-
-
 DOMAIN_SECONDS = 5.0
 """Entering a Landlock domain is one system call; this bounds a holder that does not answer."""
 SEPARATION_NOTE = (
@@ -587,52 +580,6 @@ TAINTED_NOTE = (
     "the session's state holder ran outside a request (a signal resumed it while it was "
     "parked), so its state is not trusted"
 )
-
-
-def continued_since_stop(pid: int) -> bool:
-    """Did ``pid`` (a child, as every holder is of the subreaper) get resumed since it
-    last stopped? Consumes the kernel's record of it."""
-    try:
-        info = os.waitid(os.P_PID, pid, os.WCONTINUED | os.WNOHANG)
-    except (ChildProcessError, OSError):
-        return False
-    return info is not None and info.si_code == os.CLD_CONTINUED
-
-
-def seccomp_filters(pid: int) -> int | None:
-    """How many seccomp filters ``pid`` runs under (``None``: cannot tell)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"Seccomp_filters:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def family_filters_problem(pids: set[int]) -> str:
-    """After a fork, parent and fork must run the read-only stage on top of the others:
-    their own code made the calls, and a cell can rebind that code (issue #40, class 7),
-    so the supervisor counts the filters the kernel holds for them."""
-    expected = 1 + len(CHILD_SECCOMP) + len(READ_ONLY_SECCOMP)
-    for pid in sorted(pids):
-        count = seccomp_filters(pid)
-        if count is None or count < expected:
-            return (
-                f"a holder of the family runs {count} seccomp filters, not the {expected} "
-                "a forked family must: the fork is refused"
-            )
-    return ""
-
-
-def continue_if_stopped(pid: int) -> None:
-    """A cell may stop its holder (``SIGSTOP`` cannot be ignored): resume it, so that it
-    reports the cell's end instead of leaving the cell to run into its timeout."""
-    state = process_state(pid)
-    if state in (b"T", b"t"):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGCONT)
 
 
 def _died_report(msg: dict) -> tuple[int | None, float]:

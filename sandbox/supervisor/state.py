@@ -8,6 +8,7 @@ and ``sessions``/``session_table`` do not import each other in a circle.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -57,9 +58,14 @@ class Family:
         return {holder.pid for holder in self.holders.values() if holder.alive()}
 
     def check_parked(self) -> None:
-        """Stop again any parked holder something resumed (``Holder.check_parked``)."""
+        """Stop again any parked holder something resumed (``Holder.check_parked``).
+
+        Also run from the ``SIGCHLD`` handler, i.e. between any two bytecodes of the
+        supervisor: nothing may escape from it into the code it interrupted.
+        """
         for holder in list(self.holders.values()):
-            holder.check_parked()
+            with contextlib.suppress(Exception):
+                holder.check_parked()
 
 
 @dataclass

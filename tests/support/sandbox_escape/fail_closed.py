@@ -217,7 +217,7 @@ _RECORD_WHEN_RUN = (
     "keep_open = os.pipe()  # a pipe would stay shared: the supervisor refuses the fork\n"
     "print('armed')"
 )
-_IDLE_STAMPS = (
+_IDLE_STAMPS = (  # the request that armed it has ended (its holder parked) 0.3 s in
     "idle = [t for t in stamps if stamps[0] + 0.3 < t < stamps[0] + 1.2]\n"
     "print('ran while idle' if idle else 'stopped while idle')"
 )
@@ -241,6 +241,7 @@ _HIJACK_IDLE_LOOP = (
     "            sum(range(1000))\n"
     "    return real_recv(*args, **kwargs)\n"
     "socket.recv_fds = spin_then_recv\n"
+    "armed_at = time.monotonic()\n"
     "print('armed')"
 )
 _CONTINUE_EVERYONE = (
@@ -261,8 +262,11 @@ FAMILY_RESUMED = FamilyProgram(
     before=[("x = 1", {OK}, None)],
     branch=[(_HIJACK_IDLE_LOOP, {OK}, "armed\n")],
     after=[(_CONTINUE_EVERYONE, {OK}, "resumed []\n")],
-    branch_after=[(_IDLE_STAMPS, {OK}, "stopped while idle\n"), ("print(x)", {OK}, "1\n")],
-    idle_before={"after": 0.2, "branch_after": 1.3},
+    branch_after=[
+        (_IDLE_STAMPS.replace("stamps[0]", "armed_at"), {OK}, "stopped while idle\n"),
+        ("print(x)", {OK}, "1\n"),
+    ],
+    idle_before={"after": 0.4, "branch_after": 1.3},
 )
 
 # --- class 5: one branch's memory does not kill another, nor is it blamed on one
