@@ -194,9 +194,9 @@ class SupervisedSession(Session, Generic[W]):
         if worker.branches is not None and isinstance(holder, int):
             # a fresh holder starts in the worker's group: back into this branch's
             problem = self._sandbox._separate_memory(worker, {self._session_id: holder})
-            if problem:
-                worker.recycle = True  # no branch may share memory: the worker goes
-                response = {**response, "state_lost": True}
+            if problem:  # no branch may share memory: this session moves to a fresh worker
+                worker.recycle = True
+                self._needs_replay = bool(self._cells)
         return to_exec_result(response, oom=oom, memory_mb=cfg.memory_limit_mb), response
 
     def _oom_count(self, worker: W) -> int | None:

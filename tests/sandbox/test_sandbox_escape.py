@@ -285,7 +285,7 @@ async def test_escape_fork_family_program(
 
     async def cells(session, listed) -> None:
         for code, expect, stdout in listed:
-            result = await session.run(context.fill(code))
+            result = await session.run(context.fill(code), timeout=program.timeout)
             assert result.status.value in expect, (code, result)
             if stdout is not None:
                 assert result.stdout == stdout, (code, result)

@@ -908,6 +908,8 @@ class FamilyProgram:
     """How the fork must have been made ("replay": the supervisor must refuse it)."""
     idle_before: dict[str, float] = field(default_factory=dict)
     """Phase ("after", "branch_after") -> seconds the whole family stays idle before it."""
+    timeout: float | None = None
+    """Wall seconds for each cell, when the suite's default is too short for its work."""
 
 
 _SNAPSHOT = (
