@@ -7,7 +7,8 @@ One run, two phases on the same fresh server, side by side:
   loop (a rotating set: fork bomb, memory hog, 200k files, a deep directory tree,
   ``chmod 000`` directories, a /dev/shm hog, a System V shm hog, a busy loop, unbounded
   output, a detached background process, and since issue #24 a run that renices,
-  ``SCHED_IDLE``s, pins and ``prlimit``s the supervisor, and one that leaves zombies)
+  ``SCHED_IDLE``s, pins and ``prlimit``s the supervisor, and one that leaves zombies;
+  since issue #40 one that tries to set the times of every device node)
   until the innocent clients are done.
 
 An innocent request is an error unless it answers HTTP 200, ``Success`` and the expected
@@ -130,6 +131,15 @@ HOSTILE_PROGRAMS: dict[str, str] = {
         "            os._exit(0)\n"
         "    except OSError:\n"
         "        break\n"
+    ),
+    "device_nodes": (  # issue #40: the times of every node under /dev, by number of calls
+        "import os\n"
+        "for root, dirs, files in os.walk('/dev'):\n"
+        "    for name in files:\n"
+        "        try:\n"
+        "            os.utime(os.path.join(root, name))\n"
+        "        except OSError:\n"
+        "            pass\n"
     ),
 }
 
@@ -262,12 +272,17 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(args: argparse.Namespace):
+def server(args: argparse.Namespace, extra: tuple[str, ...] = (), script: str | None = None):
+    """A fresh ``agentenvs sandbox serve`` (local): yields its URL and its pid. With
+    ``script``, ``python -c script PORT`` serves instead (a benchmark's variant)."""
     port = free_port()
     argv = [sys.executable, "-m", "agentenvs.rollout.cli", "sandbox", "serve"]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--backend", "local"]
     argv += ["--pool-size", str(args.pool_size), "--timeout", "10"]
     argv += ["--memory-mb", str(args.memory_mb), "--spare-workers", str(args.spare_workers)]
+    argv += list(extra)
+    if script is not None:
+        argv = [sys.executable, "-c", script, str(port)]
     proc = subprocess.Popen(argv, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -279,7 +294,7 @@ def server(args: argparse.Namespace):
                 if httpx.get(f"{url}/v1/ping", timeout=1).status_code == 200:
                     break
             time.sleep(0.2)
-        yield url
+        yield url, proc.pid
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -374,7 +389,7 @@ def main() -> None:
     args.load_at_start = f"{os.getloadavg()[0]:.1f}"
     quiet, hostile = Phase("quiet"), Phase("hostile")
     per_round = [args.n // args.rounds + (i < args.n % args.rounds) for i in range(args.rounds)]
-    with server(args) as url:
+    with server(args) as (url, _):
         for n in per_round:
             quiet.extend(asyncio.run(run_phase(url, n, hostile=False)))
             hostile.extend(asyncio.run(run_phase(url, n, hostile=True)))

@@ -102,6 +102,14 @@ def serve_command(
             "--require", help="A layer that must be active (repeatable), else refuse to start."
         ),
     ] = None,
+    client_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help="Seconds a client has to send a request's head (3x that for its body); "
+            "a connection that does not is closed.",
+        ),
+    ] = 10.0,
 ) -> None:
     """Serve SandboxFusion's POST /run_code (and /v1/ping) over this machine's sandbox.
 
@@ -111,6 +119,7 @@ def serve_command(
     """
     from agentenvs.sandbox.base import SandboxConfig
     from agentenvs.sandbox.server.app import serve
+    from agentenvs.sandbox.server.connections import ClientLimits
 
     if backend not in ("local", "docker"):
         err.print(f"error: --backend must be local or docker, not {backend!r}")
@@ -126,4 +135,5 @@ def serve_command(
         show_last_expression=False,
     )
     err.print(f"serving the {backend} sandbox on http://{host}:{port}/run_code")
-    serve(host=host, port=port, config=config, log_level="warning")
+    clients = ClientLimits.from_timeout(client_timeout)
+    serve(host=host, port=port, config=config, log_level="warning", clients=clients)

@@ -29,6 +29,7 @@ from typing import Any, Generic, TypeVar
 
 from agentenvs.sandbox.pool.errors import WorkerDead, WorkerStartError
 from agentenvs.sandbox.pool.health import WorkerHealth
+from agentenvs.sandbox.pool.worker import FramedRequests
 
 LEND_AFTER_SECONDS = 0.2
 """A slot held this long by one run may be stood in for by a standby worker."""
@@ -36,8 +37,10 @@ LEND_POLL_SECONDS = 0.05
 SETTLE_ON_CLOSE_SECONDS = 5.0
 """``close()`` lets pings in flight finish (a cancelled one kills its worker abruptly)."""
 
-W = TypeVar("W")
-"""A worker: ``request()``, ``kill()``, ``alive`` and ``recycle`` (local or container)."""
+W = TypeVar("W", bound=FramedRequests)
+"""A worker (local or container): what it offers the pool is declared by
+:class:`~agentenvs.sandbox.pool.worker.FramedRequests` (``request()``, ``kill()``,
+``alive``, ``recycle`` and the after-run ``health`` check)."""
 
 
 @dataclass
@@ -102,7 +105,7 @@ class PoolCare(Generic[W]):
         """A worker that must go is replaced by a standby one at once (none waits)."""
         while self._standby:
             spare = self._standby.pop()
-            if spare.alive:  # type: ignore[attr-defined]
+            if spare.alive:
                 old, slot.worker = slot.worker, spare
                 self.stats["standby_swaps"] += 1
                 self._refill_standby()
@@ -129,7 +132,7 @@ class PoolCare(Generic[W]):
 
     def _watch_health(self, worker: W) -> W:
         """Take a fresh worker's baseline for the after-run health check (``health``)."""
-        worker.health = WorkerHealth.for_pid(self._health_pid(worker))  # type: ignore[attr-defined]
+        worker.health = WorkerHealth.for_pid(self._health_pid(worker))
         return worker
 
     def _release_slot(self, slot: Slot[W], *, settle: bool = False) -> None:
@@ -147,8 +150,8 @@ class PoolCare(Generic[W]):
         """
         assert self._idle is not None
         worker = slot.worker
-        fit = worker is not None and worker.alive and not worker.recycle  # type: ignore[attr-defined]
-        health: WorkerHealth | None = getattr(worker, "health", None)
+        fit = worker is not None and worker.alive and not worker.recycle
+        health = worker.health if worker is not None else None
         healthy = fit and (health is None or not health.problem())
         if slot.lent:
             self._give_back_lent(slot, healthy, settle)
@@ -168,7 +171,7 @@ class PoolCare(Generic[W]):
                     await self._settle(slot)
                 elif fit and health is not None:
                     await self._recheck_health(slot, health)
-                if slot.worker is not None and slot.worker.recycle:  # type: ignore[attr-defined]
+                if slot.worker is not None and slot.worker.recycle:
                     old = self._swap_in_standby(slot)
                     if old is not None:
                         await self._retire(old)
@@ -190,7 +193,7 @@ class PoolCare(Generic[W]):
             if settle:
                 await self._settle(slot)
             self._lent -= 1
-            if not self._closed and worker is not None and worker.alive and not worker.recycle:  # type: ignore[attr-defined]
+            if not self._closed and worker is not None and worker.alive and not worker.recycle:
                 self._standby.append(worker)
                 return
             if worker is not None:
@@ -198,8 +201,9 @@ class PoolCare(Generic[W]):
             self._refill_standby()
 
         if healthy and not settle:
+            assert worker is not None  # healthy implies a live worker
             self._lent -= 1
-            self._standby.append(worker)  # type: ignore[arg-type]
+            self._standby.append(worker)
             return
         self._background(back())
 
@@ -207,8 +211,7 @@ class PoolCare(Generic[W]):
         """Wait until the worker finished cleaning up after its run (then check its health)."""
         if not await self._ping(slot.worker):
             return  # dead: replaced by the caller
-        worker = slot.worker
-        health: WorkerHealth | None = getattr(worker, "health", None)
+        health = slot.worker.health if slot.worker is not None else None
         if health is not None and health.problem():
             await self._recheck_health(slot, health)
 
@@ -220,7 +223,7 @@ class PoolCare(Generic[W]):
         if task is not None:
             self._settling.add(task)
         try:
-            await worker.request({"op": "ping"}, 30)  # type: ignore[attr-defined]
+            await worker.request({"op": "ping"}, 30)
             return True
         except WorkerDead:
             return False
@@ -236,6 +239,6 @@ class PoolCare(Generic[W]):
             return  # dead: replaced by the caller
         problem = await asyncio.to_thread(health.recover)
         if problem:
-            worker.recycle = True  # type: ignore[attr-defined]
-            worker.recycle_reason = problem  # type: ignore[attr-defined]
+            worker.recycle = True
+            worker.recycle_reason = problem
             self.stats["health_recycles"] = self.stats.get("health_recycles", 0) + 1

@@ -98,10 +98,12 @@ class SupervisedSession(Session, Generic[W]):
         share.sessions -= 1
         worker = share.worker
         if share.sessions > 0:
-            if worker.alive and not worker.recycle:  # type: ignore[attr-defined]
+            if worker.alive and not worker.recycle:
                 request = {"op": "session_close", "session": self._session_id}
                 with contextlib.suppress(WorkerDead):
-                    await worker.request(request, FORK_REQUEST_SECONDS)  # type: ignore[attr-defined]
+                    await worker.request(request, FORK_REQUEST_SECONDS)
+                if worker.branches is not None:
+                    worker.branches.forget(self._session_id)
             return
         await self._sandbox._retire(worker)
 
@@ -117,11 +119,11 @@ class SupervisedSession(Session, Generic[W]):
         raise NotImplementedError
 
     def _alive(self) -> bool:
-        return self._worker is not None and self._worker.alive  # type: ignore[attr-defined]
+        return self._worker is not None and self._worker.alive
 
     async def _ensure_worker(self) -> W:
         current = self._worker
-        if current is not None and current.alive and not current.recycle:  # type: ignore[attr-defined]
+        if current is not None and current.alive and not current.recycle:
             return current
         if current is not None:
             await self._leave_worker()
@@ -131,7 +133,7 @@ class SupervisedSession(Session, Generic[W]):
         limits = self._sandbox._limits(session=True)
         self._sandbox._apply_memory_limit(worker, limits["memory_bytes"])
         request = {"op": "session_open", "limits": limits, "max_sessions": SESSION_FORK_LIMIT}
-        response = await worker.request(request, 30)  # type: ignore[attr-defined]
+        response = await worker.request(request, 30)
         session_id = response.get("session", 0)
         self._session_id = session_id if isinstance(session_id, int) else 0
         return worker
@@ -153,7 +155,10 @@ class SupervisedSession(Session, Generic[W]):
                     notes.append(await self._replay(worker))
                 result, response = await self._cell(worker, code, timeout)
                 if response.get("not_run") and attempt == 0:
-                    # The state was gone before the cell started: restore it, then run the cell.
+                    # The state was gone before the cell started: restore it, then run the
+                    # cell, and say why it was gone.
+                    if result.message:
+                        notes.append(result.message)
                     self._needs_replay = bool(self._cells)
                     continue
                 break
@@ -177,15 +182,31 @@ class SupervisedSession(Session, Generic[W]):
             "timeout": timeout,
             "show_last": cfg.show_last_expression,
         }
-        before = self._sandbox._oom_count(worker)
+        before = self._oom_count(worker)
         try:
-            response = await worker.request(request, timeout + REQUEST_GRACE_SECONDS)  # type: ignore[attr-defined]
+            response = await worker.request(request, timeout + REQUEST_GRACE_SECONDS)
         except WorkerDead as exc:
             result = await self._lost_worker_result(worker, exc, before)
             self._needs_replay = bool(self._cells)
             return result, {"not_run": not exc.delivered}
-        oom = oom_between(before, self._sandbox._oom_count(worker))
+        oom = oom_between(before, self._oom_count(worker))
+        holder = response.get("holder")
+        if worker.branches is not None and isinstance(holder, int):
+            # a fresh holder starts in the worker's group: back into this branch's
+            problem = self._sandbox._separate_memory(worker, {self._session_id: holder})
+            if problem:  # no branch may share memory: this session moves to a fresh worker
+                worker.recycle = True
+                self._needs_replay = bool(self._cells)
         return to_exec_result(response, oom=oom, memory_mb=cfg.memory_limit_mb), response
+
+    def _oom_count(self, worker: W) -> int | None:
+        """The OOM-kill counter of this session's own memory: its branch group once the
+        worker's sessions forked (a kill elsewhere is not this cell's), else the worker's."""
+        if worker.branches is not None:
+            count = worker.branches.oom_kills(self._session_id)
+            if count is not None:
+                return count
+        return self._sandbox._oom_count(worker)
 
     async def _replay(self, worker: W) -> str:
         """Rebuild lost state by re-running the cells that had been kept, quietly."""
@@ -240,7 +261,7 @@ class SupervisedSession(Session, Generic[W]):
             return None, "the session has no live state holder to fork"
         request = {"op": "session_fork", "session": self._session_id}
         try:
-            response = await share.worker.request(request, FORK_REQUEST_SECONDS)  # type: ignore[attr-defined]
+            response = await share.worker.request(request, FORK_REQUEST_SECONDS)
         except WorkerDead as exc:
             self._needs_replay = bool(self._cells)
             return None, f"the worker died during the fork: {exc}"
@@ -250,6 +271,16 @@ class SupervisedSession(Session, Generic[W]):
                 self._sandbox.stats.get("session_fork_refusals", 0) + 1
             )
             return None, str(response.get("message") or "the supervisor refused the fork")
+        placements = {
+            self._session_id: response.get("parent_holder"),
+            session_id: response.get("holder"),
+        }
+        problem = self._sandbox._separate_memory(share.worker, placements, forked=True)
+        if problem:  # the branches would share one memory group: no in-worker fork
+            with contextlib.suppress(WorkerDead):
+                close = {"op": "session_close", "session": session_id}
+                await share.worker.request(close, FORK_REQUEST_SECONDS)
+            return None, problem
         clone = self._sandbox.session()
         assert isinstance(clone, SupervisedSession)
         share.sessions += 1

@@ -35,6 +35,7 @@ from agentenvs.sandbox.base import (
     SandboxUnavailable,
 )
 from agentenvs.sandbox.capabilities import enforce_minimum, run_sync
+from agentenvs.sandbox.pool.branch_memory import BranchMemory, host_pid_of
 from agentenvs.sandbox.pool.care import SETTLE_ON_CLOSE_SECONDS, PoolCare, Slot, W
 from agentenvs.sandbox.pool.errors import WorkerDead, WorkerStartError
 from agentenvs.sandbox.pool.files import decode_files, encode_files, request_problem
@@ -146,11 +147,50 @@ class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
         """Retire a worker that died during a run and say what happened."""
         raise NotImplementedError
 
+    def _branch_memory(self, worker: W) -> BranchMemory | str | None:
+        """Where the worker's sessions get a memory group each (``pool/branch_memory``):
+        the groups, why they cannot be made (a shared group that cannot be split: forks
+        are refused), or ``None`` when the worker has no memory group to share."""
+        return None
+
+    def _supervisor_host_pid(self, worker: W) -> int | None:
+        """The worker's supervisor as the host sees it (``None``: not on this machine)."""
+        return None
+
+    def _separate_memory(
+        self, worker: W, holders: dict[int, object], *, forked: bool = False
+    ) -> str:
+        """Give each session (id -> its holder's pid in the worker) a memory group of its
+        own; why that is impossible, or ''. Issue #40, class 5. Right after a fork
+        (``forked``) both holders must be found; after a cell, a holder that is already
+        gone (its cell killed it) has nothing to place: the next request replaces it."""
+        branches = worker.branches
+        if branches is None:
+            made = self._branch_memory(worker)
+            if made is None:
+                return ""
+            if isinstance(made, str):
+                return made
+            worker.branches = branches = made
+        supervisor = self._supervisor_host_pid(worker)
+        for session, inner in holders.items():
+            if not isinstance(inner, int) or not branches.needs_placing(session, inner):
+                continue
+            host = host_pid_of(supervisor, inner) if supervisor else None
+            if host is None:
+                if forked:
+                    return f"the state holder of session {session} is not visible on the host"
+                continue
+            problem = branches.place(session, inner, host)
+            if problem:
+                return problem
+        return ""
+
     def _apply_memory_limit(self, worker: W, memory_bytes: int) -> None:
         """Raise or lower the worker's outer memory limit before a request (if it has one)."""
 
     async def _retire(self, worker: W) -> None:
-        await worker.kill()  # type: ignore[attr-defined]
+        await worker.kill()
 
     # ------------------------------------------------------------------ setup
     def _limits(
@@ -184,7 +224,7 @@ class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
                 return
             first = await self._launch_first()
             try:
-                probe = await first.request({"op": "probe", "limits": self._limits()}, 60)  # type: ignore[attr-defined]
+                probe = await first.request({"op": "probe", "limits": self._limits()}, 60)
                 self._caps = await self._assess_worker(first, probe)
                 enforce_minimum(self._caps, self.config.min_isolation)
             except BaseException:
@@ -306,7 +346,7 @@ class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
         if self._closed:
             raise WorkerStartError("the sandbox is closed")
         worker = slot.worker
-        if worker is not None and worker.alive and not worker.recycle:  # type: ignore[attr-defined]
+        if worker is not None and worker.alive and not worker.recycle:
             return worker
         slot.worker = None
         if worker is not None:
@@ -317,7 +357,7 @@ class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
     async def _execute(self, worker: W, request: dict, limits: dict) -> ExecResult:
         """One request on one worker; raises WorkerDead (the caller retires the worker)."""
         before = self._oom_count(worker)
-        response = await worker.request(request, limits["timeout"] + REQUEST_GRACE_SECONDS)  # type: ignore[attr-defined]
+        response = await worker.request(request, limits["timeout"] + REQUEST_GRACE_SECONDS)
         oom = oom_between(before, self._oom_count(worker))
         return to_exec_result(response, oom=oom, memory_mb=limits["memory_bytes"] // MB)
 
@@ -333,9 +373,7 @@ class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
             self._apply_memory_limit(worker, limits["memory_bytes"])
             before = self._oom_count(worker)
             try:
-                response = await worker.request(  # type: ignore[attr-defined]
-                    request, limits["timeout"] + REQUEST_GRACE_SECONDS
-                )
+                response = await worker.request(request, limits["timeout"] + REQUEST_GRACE_SECONDS)
             except WorkerDead as exc:
                 slot.worker = None
                 if not exc.delivered and attempt == 0:
@@ -366,7 +404,7 @@ class SupervisedSandbox(Sandbox, PoolCare[W], Generic[W]):
         worker = None
         while self._spares and worker is None:
             candidate = self._spares.pop()
-            if candidate.alive:  # type: ignore[attr-defined]
+            if candidate.alive:
                 worker = candidate
             else:
                 await self._retire(candidate)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentenvs.sandbox.pool.errors import WorkerDead, WorkerStartError
+from agentenvs.sandbox.pool.mount_seal import MountPlan, tighten_mounts
 from agentenvs.sandbox.pool.protocol import (
     ProtocolError,
     encode_frame,
@@ -27,6 +28,7 @@ from agentenvs.sandbox.pool.protocol import (
 )
 
 if TYPE_CHECKING:
+    from agentenvs.sandbox.pool.branch_memory import BranchMemory
     from agentenvs.sandbox.pool.health import WorkerHealth
 
 IDLE_PROCESS_NAME = "sandbox-idle"
@@ -56,6 +58,12 @@ class FramedRequests:
     health: WorkerHealth | None = None
     """The host-side after-run check (``pool/health.py``), set when it was spawned."""
     recycle_reason: str = ""
+    seal: dict | None = None
+    """The supervisor's ``seal`` answer: what a run could change, what forks lack."""
+    mount_failures: dict[str, str] | None = None
+    """Mounts the host could not tighten (``_mount_plan``), by path."""
+    branches: BranchMemory | None = None
+    """One memory group per session, once a session of this worker forked (``session.py``)."""
 
     def __init__(self) -> None:
         self.hello: dict = {}
@@ -90,14 +98,39 @@ class FramedRequests:
     def stderr_tail(self) -> str:
         raise NotImplementedError
 
+    def _mount_plan(self) -> tuple[int, MountPlan] | None:
+        """The host pid whose mounts the host tightens, and how (``None``: nothing to do)."""
+        return None
+
     # ------------------------------------------------------------------ lifecycle
     async def start(self, timeout: float) -> dict:
-        """Bring the worker up and return its ``hello``; on any failure nothing is left."""
+        """Bring the worker up, seal it and return its ``hello``; on any failure nothing
+        is left."""
         try:
-            return await self._start(timeout)
+            await self._start(timeout)
+            await self._seal(timeout)
+            return self.hello
         except BaseException:
             await self.kill()
             raise
+
+    async def _seal(self, timeout: float) -> None:
+        """Tighten the mounts from the host, then let the supervisor measure them: it runs
+        no code before, and refuses where a run could change a host inode (issue #40)."""
+        target = self._mount_plan()
+        if target is not None:
+            result = await tighten_mounts(*target)
+            self.mount_failures = result.failed
+        try:
+            answer = await self.request({"op": "seal"}, timeout)
+        except WorkerDead as exc:
+            raise WorkerStartError(f"the sandbox {self.noun} died while sealed: {exc}") from exc
+        if not answer.get("ok"):
+            failures = f" (remounting failed: {self.mount_failures})" if self.mount_failures else ""
+            raise WorkerStartError(
+                f"the sandbox {self.noun} refused to serve: {answer.get('message')}{failures}"
+            )
+        self.seal = answer
 
     async def _handshake(self, config: dict, timeout: float) -> dict:
         """Send the bundled supervisor and its config, then wait for its ``hello`` frame."""
@@ -118,6 +151,10 @@ class FramedRequests:
         if self.hello.get("event") != "hello":
             raise WorkerStartError(
                 f"unexpected first frame from the {self.noun}: {self.hello!r:.300}"
+            )
+        if self.hello.get("fatal"):
+            raise WorkerStartError(
+                f"the sandbox supervisor refused to start: {self.hello['fatal']}"
             )
         return self.hello
 

@@ -34,7 +34,8 @@ from pydantic import BaseModel, Field
 from agentenvs.sandbox.backends.sandboxfusion import cap_utf8
 from agentenvs.sandbox.base import ExecResult, ExecStatus, Sandbox, SandboxConfig
 from agentenvs.sandbox.capabilities import as_dict
-from agentenvs.sandbox.server.body import BodySizeLimit
+from agentenvs.sandbox.server.body import BodyBudget, BodySizeLimit
+from agentenvs.sandbox.server.connections import ClientLimits
 from agentenvs.sandbox.server.limits import AppliedLimits, apply_limits
 from agentenvs.sandbox.server.request import MAX_BODY_BYTES, RunCodeRequest, work_dir_path
 
@@ -43,6 +44,11 @@ SERVED_LANGUAGES = sorted(PYTHON_NAMES | {"bash"})
 SERVER_OUTPUT_BYTES = 1024 * 1024
 """Default per-stream output cap of the server: SandboxFusion's own capture size (1 MiB),
 so a correct program printing 100 KB is a ``Success`` that verl scores as correct."""
+BODY_BUDGET_BYTES = MAX_BODY_BYTES
+"""Request bodies the server holds at once (issue #40): one at the cap, or any number of
+smaller ones up to the same sum. A request holds its share until its answer is sent (its
+parsed fields, decoded files and run: 3-7x the body's bytes in the server's memory);
+one that cannot get it in time is answered 503 (``server/body.py``)."""
 
 
 class CommandRunResult(BaseModel):
@@ -183,9 +189,11 @@ def create_app(
     sandbox: Sandbox | None = None,
     *,
     config: SandboxConfig | None = None,
+    clients: ClientLimits | None = None,
     **backend_options: Any,
 ) -> FastAPI:
     """The FastAPI app; it starts ``sandbox`` (or one built from ``config``) and closes it."""
+    clients = clients or ClientLimits()
     if sandbox is None:
         from agentenvs.sandbox.factory import backend_class
 
@@ -209,7 +217,14 @@ def create_app(
         version="1",
     )
     app.state.sandbox = box
-    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
+    app.state.body_budget = budget = BodyBudget(BODY_BUDGET_BYTES)
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=MAX_BODY_BYTES,
+        budget=budget,
+        timeout=clients.body_seconds,
+        admit_seconds=clients.head_seconds,
+    )
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -257,11 +272,18 @@ def serve(
     port: int = 8080,
     config: SandboxConfig | None = None,
     log_level: str = "warning",
+    clients: ClientLimits | None = None,
     **backend_options: Any,
 ) -> None:
     """Run the server until interrupted (what ``agentenvs sandbox serve`` calls)."""
     import uvicorn
 
+    clients = clients or ClientLimits()
     uvicorn.run(
-        create_app(config=config, **backend_options), host=host, port=port, log_level=log_level
+        create_app(config=config, clients=clients, **backend_options),
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=clients.protocol(),  # a connection that brings no request head is closed
+        limit_concurrency=clients.max_connections,
     )

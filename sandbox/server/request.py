@@ -32,7 +32,11 @@ MAX_FILES = 64
 """Most entries in ``files``, and separately in ``fetch_files``."""
 MAX_FILES_BYTES = 16 * MIB
 """Most decoded bytes over all ``files`` (the work dir is a small tmpfs)."""
-MAX_PATH_CHARS = 255
+MAX_PATH_BYTES = 1024
+"""Longest path (UTF-8 bytes), as the supervisor accepts (``supervisor/files.py``)."""
+NAME_MAX_BYTES = 255
+"""Longest name in a path (UTF-8 bytes): the kernel's NAME_MAX counts bytes, not characters
+(255 CJK characters are 765 bytes)."""
 MAX_BODY_BYTES = 40 * MIB
 """Largest request body: base64 ``files`` at their cap, plus ``code`` and ``stdin``."""
 MAX_TIMEOUT_SECONDS = 1e9
@@ -68,7 +72,11 @@ def utf8_text(value: str) -> str:
 
 def _max_bytes(limit: int) -> Callable[[str | None], str | None]:
     def check(value: str | None) -> str | None:
-        if value is not None and len(value.encode("utf-8")) > limit:
+        # a str is at least one byte per character and at most four: most values are
+        # decided without encoding a copy of them
+        if value is None or len(value) <= limit // 4:
+            return value
+        if len(value) > limit or len(value.encode("utf-8")) > limit:
             raise ValueError(f"is larger than the server's cap of {limit} bytes (UTF-8)")
         return value
 
@@ -82,8 +90,12 @@ def work_dir_path(path: str) -> str:
     absolute path or ``../x`` would land outside it; here both are refused.
     """
     utf8_text(path)
-    if not path or len(path) > MAX_PATH_CHARS:
-        raise ValueError(f"file paths must have 1 to {MAX_PATH_CHARS} characters: {path!r}")
+    if not path or len(path.encode("utf-8")) > MAX_PATH_BYTES:
+        raise ValueError(f"file paths must have 1 to {MAX_PATH_BYTES} bytes (UTF-8): {path!r:.80}")
+    if any(len(name.encode("utf-8")) > NAME_MAX_BYTES for name in path.split("/")):
+        raise ValueError(
+            f"a name in a file path is longer than {NAME_MAX_BYTES} bytes (UTF-8): {path!r:.80}"
+        )
     if "\x00" in path:
         raise ValueError(f"file paths cannot contain NUL: {path!r}")
     normal = posixpath.normpath(path)

@@ -43,7 +43,7 @@ import sys
 import time
 
 from . import usercode
-from .forking import fork_holder
+from .forking import enter_own_domain, fork_holder
 from .usercode import (
     INTERNAL_ERROR_EXIT,
     flush_std_streams,
@@ -194,6 +194,9 @@ def holder_loop(sock: socket.socket) -> None:
             handed = fork_holder(sock, msg, fds[0])
             if handed is not None:
                 sock = handed  # this process is the fork: it holds a copy of the state
+            continue
+        if isinstance(msg, dict) and msg.get("op") == "domain" and not fds:
+            enter_own_domain(sock, msg)
             continue
         if not isinstance(msg, dict) or msg.get("op") != "cell" or len(fds) != 4:
             for fd in fds:

@@ -23,6 +23,8 @@ import stat
 MAX_FETCH_TOTAL_BYTES = 32 * 1024 * 1024
 """All fetched files of one run together (the answer frame must stay far below its cap)."""
 MAX_PATH_BYTES = 1024
+NAME_MAX_BYTES = 255
+"""The longest name (one path component) the kernel takes, in bytes."""
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -41,6 +43,8 @@ def path_parts(path: object) -> list[str]:
     parts = [part for part in path.split("/") if part]
     if any(part in (".", "..") for part in parts):
         raise BadPath(f"{path!r}: '.' and '..' components are refused")
+    if any(len(part.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES for part in parts):
+        raise BadPath(f"{path!r}: a name longer than {NAME_MAX_BYTES} bytes (NAME_MAX)")
     return parts
 
 

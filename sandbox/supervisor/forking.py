@@ -17,8 +17,14 @@ not share writable state with its parent:
   of its own, and every change of a file's metadata (mode, owner, times, xattrs, inode
   flags, locks: not Landlock rights) with the ``read_only`` seccomp stage (issue #24).
   The files written before the fork stay readable by both sides: their past is the
-  same; neither can change the other's future. Each fork's layer is a new Landlock
-  domain, so (ABI >= 6) a fork cannot signal its parent, its siblings or the supervisor.
+  same; neither can change the other's future.
+- processes: the fork enters a Landlock domain of its own, and the parent enters a new
+  one before it runs its next cell while a fork of it lives (``enter_own_domain``), so
+  that they are siblings (issue #40): with ABI >= 6 neither can signal the other (nor
+  the supervisor) or connect to the other's abstract unix sockets, neither may trace
+  the other, and with ``/proc`` mounted ``hidepid=invisible`` neither sees the other's
+  processes at all. A process has at most 16 Landlock layers: a fork of a holder that
+  has them all is refused (the host replays instead).
 
 The fork is double-forked, so that it is re-parented to the supervisor (the subreaper)
 and reaped there: the intermediate process reopens the files and enters the new Landlock
@@ -149,6 +155,11 @@ def fork_holder(sock: socket.socket, msg: dict, channel_fd: int) -> socket.socke
         ruleset = Landlock(read_only_spec(spec), scope_signals=True)
         if ruleset.fd < 0 or ruleset.error:
             problem = f"no Landlock to make the fork read-only: {ruleset.error}"
+        elif ruleset.abi < SCOPED_ABI:
+            problem = (
+                f"Landlock ABI {ruleset.abi} cannot scope signals and abstract sockets to a "
+                f"branch (ABI {SCOPED_ABI} can)"
+            )
     if not problem and not READ_ONLY_APPLIED[0]:
         # The parent first: there is never a moment where a fork and a writer coexist.
         if ruleset is not None and ruleset.restrict_self():
@@ -182,10 +193,27 @@ def fork_holder(sock: socket.socket, msg: dict, channel_fd: int) -> socket.socke
     os.close(ruleset.fd)
     _, status = _wait(middle)
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
-    ok = code == 0
-    message = "" if ok else FORK_FAILURES.get(code, "the fork's process died while it was made")
-    _report(sock, {"event": "forked", "ok": ok, "message": message})
+    message = "" if code == 0 else FORK_FAILURES.get(code, "the fork's process died while made")
+    _report(sock, {"event": "forked", "ok": not message, "message": message})
     return None
+
+
+SCOPED_ABI = 6
+"""The Landlock ABI that scopes signals and abstract unix sockets to a domain."""
+
+
+def enter_own_domain(sock: socket.socket, msg: dict) -> None:
+    """Serve one ``domain`` request: this holder leaves the Landlock domain its live forks
+    are nested in (a new, read-only layer), so that from its next cell on they are
+    siblings: neither can signal, trace, see (``/proc``) or reach the other's abstract
+    sockets (issue #40, classes 3 and 4). The supervisor asks before it runs a cell in a
+    holder whose forks are alive; a holder that cannot (16 layers at most) says so."""
+    spec = msg.get("landlock") if isinstance(msg.get("landlock"), dict) else {}
+    ruleset = Landlock(read_only_spec(spec), scope_signals=True)
+    ok = ruleset.fd >= 0 and not ruleset.error and ruleset.restrict_self()
+    if ruleset.fd >= 0:
+        os.close(ruleset.fd)
+    _report(sock, {"event": "domain", "ok": bool(ok)})
 
 
 FORK_FAILURES = {

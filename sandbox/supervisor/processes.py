@@ -3,7 +3,9 @@
 The supervisor is pid 1 of its pid namespace (or the only process of a dedicated uid), so
 "no child left to wait for" means "nothing the code started is still alive". A run that
 goes on for long is also made to yield the CPU here (``yield_cpu``), so that a hostile
-busy loop on one worker does not slow the short runs of the others.
+busy loop on one worker does not slow the short runs of the others. The last part is how
+the supervisor watches a session's holder from outside (stopped or not, resumed since,
+how many seccomp filters it runs), trusting only what ``/proc`` and ``waitid`` say.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import re
 import resource
 import signal
 import time
+
+from .restrictions import CHILD_SECCOMP, READ_ONLY_SECCOMP
 
 
 def reap() -> dict[int, int]:
@@ -212,3 +216,62 @@ def attributes_changed(baseline: dict, now: dict | None = None) -> str:
         if baseline.get(key) != now.get(key)
     ]
     return ", ".join(changed)
+
+
+# --- the state of a session's holder, as the supervisor watches it (issue #40) -------
+STOPPED_OR_GONE = (b"T", b"t", b"Z", b"X", b"")
+
+
+def process_state(pid: int) -> bytes:
+    """The state letter of ``/proc/<pid>/stat`` (b"" when the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return b""
+
+
+def continued_since_stop(pid: int) -> bool:
+    """Did ``pid`` (a child, as every holder is of the subreaper) get resumed since it
+    last stopped? Consumes the kernel's record of it."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WCONTINUED | os.WNOHANG)
+    except (ChildProcessError, OSError):
+        return False
+    return info is not None and info.si_code == os.CLD_CONTINUED
+
+
+def seccomp_filters(pid: int) -> int | None:
+    """How many seccomp filters ``pid`` runs under (``None``: cannot tell)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Seccomp_filters:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def family_filters_problem(pids: set[int]) -> str:
+    """After a fork, parent and fork must run the read-only stage on top of the others:
+    their own code made the calls, and a cell can rebind that code (issue #40, class 7),
+    so the supervisor counts the filters the kernel holds for them."""
+    expected = 1 + len(CHILD_SECCOMP) + len(READ_ONLY_SECCOMP)
+    for pid in sorted(pids):
+        count = seccomp_filters(pid)
+        if count is None or count < expected:
+            return (
+                f"a holder of the family runs {count} seccomp filters, not the {expected} "
+                "a forked family must: the fork is refused"
+            )
+    return ""
+
+
+def continue_if_stopped(pid: int) -> None:
+    """A cell may stop its holder (``SIGSTOP`` cannot be ignored): resume it, so that it
+    reports the cell's end instead of leaving the cell to run into its timeout."""
+    state = process_state(pid)
+    if state in (b"T", b"t"):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGCONT)

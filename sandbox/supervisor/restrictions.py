@@ -189,6 +189,8 @@ class RestrictionFailed(RuntimeError):
 
 def drop_metadata_changes() -> str | None:
     """Load ``READ_ONLY_SECCOMP`` (irreversible); why not, or None."""
+    if not READ_ONLY_SECCOMP:
+        return "the read-only seccomp filter was not given by the host"
     for bpf in READ_ONLY_SECCOMP:
         error = apply_seccomp(bpf)
         if error is not None:
@@ -213,6 +215,9 @@ def restrict_static(landlock: Landlock | None) -> dict:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     state["no_new_privs"] = prctl(PR_SET_NO_NEW_PRIVS, 1) == 0
     state["landlock"] = bool(landlock and landlock.restrict_self())
+    if landlock is not None and landlock.fd >= 0 and not state["landlock"]:
+        # the supervisor prepared a ruleset: a child that cannot enter it never runs code
+        raise RestrictionFailed(f"Landlock: {os.strerror(ctypes.get_errno())}")
     return state
 
 

@@ -13,14 +13,12 @@ and descriptors are handled by the fork itself, the IPC namespace is the worker'
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
+from .forking import SCOPED_ABI
 from .leftovers import sysv_objects_exist
 from .restrictions import READ_ONLY_SECCOMP
 from .sessions import Holder
-
-if TYPE_CHECKING:
-    from .server import Supervisor
+from .state import HeldProcess, WorkerState
 
 DEFAULT_MAX_SESSIONS = 16
 """Live sessions a worker holds at most, unless ``session_open`` says otherwise."""
@@ -29,26 +27,19 @@ DEFAULT_MAX_SESSIONS = 16
 class SessionTable:
     """Session ids to state holders, and the ``session_*``/``cell`` requests on them."""
 
-    def __init__(self, sup: Supervisor) -> None:
-        self.sup = sup
-        self.holders: dict[int, Holder] = {}
+    def __init__(self, state: WorkerState) -> None:
+        self.state = state
+        self.holders = state.family.holders
+        """Session id -> its holder (the family's: every sweep spares them)."""
         self.next_id = 0
         self.max_sessions = DEFAULT_MAX_SESSIONS
-        self.forked = False
-        """A session of this worker has forked: every holder is read-only from now on."""
-
-    def any(self) -> Holder | None:
-        return next(iter(self.holders.values()), None)
-
-    def holder_pids(self) -> set[int]:
-        return {holder.pid for holder in self.holders.values() if holder.alive()}
 
     def _new_id(self) -> int:
         session_id = self.next_id
         self.next_id += 1
         return session_id
 
-    def _holder(self, req: dict) -> Holder | None:
+    def _holder(self, req: dict) -> HeldProcess | None:
         session_id = req.get("session", 0)
         if not isinstance(session_id, int) or isinstance(session_id, bool):
             return None
@@ -59,12 +50,12 @@ class SessionTable:
         for holder in list(self.holders.values()):
             holder.close()
         self.holders.clear()
-        self.forked = False
+        self.state.family.forked = False
         max_sessions = req.get("max_sessions")
         if isinstance(max_sessions, int) and max_sessions >= 1:
             self.max_sessions = max_sessions
         session_id = self._new_id()
-        self.holders[session_id] = Holder(self.sup, req.get("limits", {}))
+        self.holders[session_id] = Holder(self.state, req.get("limits", {}))
         return {"ok": True, "session": session_id}
 
     def fork(self, req: dict) -> dict:
@@ -78,9 +69,18 @@ class SessionTable:
                 "message": f"this worker already holds {len(self.holders)} sessions "
                 f"(the limit is {self.max_sessions})",
             }
-        sup = self.sup
-        if sup.landlock is None or sup.landlock.fd < 0 or sup.read_only_landlock is None:
+        state = self.state
+        if state.landlock is None or state.landlock.fd < 0 or state.read_only_landlock is None:
             return {"ok": False, "message": "forking needs Landlock, which is not active here"}
+        if state.landlock.abi < SCOPED_ABI:
+            return {
+                "ok": False,
+                "message": f"forking needs Landlock ABI {SCOPED_ABI} (signals and abstract "
+                f"sockets scoped to a branch); this kernel has ABI {state.landlock.abi}",
+            }
+        mounts = state.exposure.fork_problem() if state.exposure is not None else "not sealed"
+        if mounts:
+            return {"ok": False, "message": f"forking needs private mounts: {mounts}"}
         if not READ_ONLY_SECCOMP:
             return {
                 "ok": False,
@@ -96,11 +96,18 @@ class SessionTable:
         fork = holder.fork()
         if isinstance(fork, str):
             return {"ok": False, "message": fork}  # no fork is left alive (``Holder.fork``)
-        self.forked = True  # any holder started from now on is read-only too
+        state.family.forked = True  # any holder started from now on is read-only too
         fork.seq = holder.seq
         session_id = self._new_id()
         self.holders[session_id] = fork
-        return {"ok": True, "session": session_id, "seconds": time.monotonic() - started}
+        return {
+            "ok": True,
+            "session": session_id,
+            "seconds": time.monotonic() - started,
+            # where the host puts each branch's memory (``pool/branch_memory.py``)
+            "holder": fork.pid,
+            "parent_holder": holder.pid,
+        }
 
     def close(self, req: dict) -> dict:
         holder = self._holder(req)
@@ -114,4 +121,6 @@ class SessionTable:
         holder = self._holder(req)
         if holder is None:
             return {"status": "sandbox_error", "message": "no such session is open"}
-        return holder.run_cell(req)
+        answer = holder.run_cell(req)
+        answer["holder"] = holder.pid  # a fresh holder may need its branch's memory group
+        return answer

@@ -29,14 +29,26 @@ import signal
 import socket
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .chain import holder_loop, receive_with_sender
 from .forking import METADATA_DROPPED
 from .leftovers import remove_ipc_objects
 from .outcome import Capture, classify, result_dict, return_code
-from .processes import await_no_zombies
-from .restrictions import RestrictionFailed, cpu_limits, drop_metadata_changes, restrict_process
+from .processes import (
+    STOPPED_OR_GONE,
+    await_no_zombies,
+    continue_if_stopped,
+    continued_since_stop,
+    family_filters_problem,
+    process_state,
+)
+from .restrictions import (
+    RestrictionFailed,
+    cpu_limits,
+    drop_metadata_changes,
+    restrict_process,
+)
+from .state import WorkerState
 from .usercode import INTERNAL_ERROR_EXIT, reset_signals, text_fd
 
 STOPPED_CHECK_SECONDS = 0.1
@@ -54,17 +66,14 @@ FORK_TIMEOUT_SECONDS = 10.0
 """A fork is an ``os.fork`` and a few reopened files: milliseconds; this bounds a stuck one."""
 """How often an idle wait looks whether the holder was stopped by its cell."""
 
-if TYPE_CHECKING:
-    from .server import Supervisor
-
 
 class Holder:
     """The supervisor's side of one session's fork chain (see the module docstring)."""
 
     def __init__(
-        self, sup: Supervisor, limits: dict, *, adopt: tuple[socket.socket, int] | None = None
+        self, state: WorkerState, limits: dict, *, adopt: tuple[socket.socket, int] | None = None
     ) -> None:
-        self.sup = sup
+        self.state = state
         self.limits = limits
         cpu_soft, _ = cpu_limits(limits)
         # Per-cell CPU is a soft limit set by each cell; the hard one, fixed here, is a
@@ -74,6 +83,15 @@ class Holder:
         self.sock: socket.socket | None = None
         self.pid = 0
         self.pidfd = -1
+        self.parked = False
+        """Stopped by ``park`` until its session's next request."""
+        self.tainted = False
+        """Found running while parked (resumed by a signal): its state is not trusted."""
+        self.nested: list[Holder] = []
+        """Holders whose Landlock domain is nested in this one's (its forks, and theirs,
+        made since it last entered a domain of its own): it runs no cell while one lives."""
+        self.lost_note = ""
+        """Why this holder was killed by the supervisor (said when its session finds it gone)."""
         if adopt is None:
             self._start()
         else:  # a fork of another session's holder (``fork``), already running
@@ -85,16 +103,26 @@ class Holder:
 
         The holder side is ``forking.fork_holder``; here the supervisor believes the
         fork's existence only from the kernel: a ``ready`` on the fork's own channel,
-        whose sender pid is vouched for, after the parent reported success.
+        whose sender pid is vouched for, after the parent reported success. The parent
+        is parked again on every way out (issue #40, class 4).
         """
         if not self.alive() or self.sock is None:
             return "the session's state holder is gone"
-        with contextlib.suppress(OSError):
-            os.kill(self.pid, signal.SIGCONT)
+        if self.tainted:
+            return TAINTED_NOTE
+        self.resume()
+        try:
+            return self._fork()
+        finally:
+            if self.alive():
+                self.park()
+
+    def _fork(self) -> Holder | str:
+        assert self.sock is not None
         self._flush_stale()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        message = {"op": "fork", "landlock": self.sup.config.get("landlock")}
+        message = {"op": "fork", "landlock": self.state.config.get("landlock")}
         try:
             socket.send_fds(self.sock, [json.dumps(message).encode()], [theirs.fileno()])
         except OSError:
@@ -103,19 +131,24 @@ class Holder:
         finally:
             theirs.close()
         parent_said, fork_pid = self._await_fork(ours, time.monotonic() + FORK_TIMEOUT_SECONDS)
-        if parent_said.get("ok") and fork_pid > 1 and fork_pid not in self.sup.holder_pids():
-            fork = Holder(self.sup, self.limits, adopt=(ours, fork_pid))
-            self.park()
+        holders = self.state.family.holder_pids()
+        made = parent_said.get("ok") and fork_pid > 1 and fork_pid not in holders
+        problem = family_filters_problem({self.pid, fork_pid}) if made else ""
+        if made and not problem:
+            fork = Holder(self.state, self.limits, adopt=(ours, fork_pid))
             fork.park()
+            for holder in [self, *self.state.family.holders.values()]:
+                if holder is self or self in holder.nested:  # the fork is in their domain
+                    holder.nested = [h for h in holder.nested if h.alive()] + [fork]
             # anything either started while they ran: only holders live between requests
-            self.sup.sweeper.kill_except(self.sup.holder_pids() | {fork_pid})
+            self.state.sweeper.kill_except(holders | {fork_pid})
             return fork
         ours.close()
-        if fork_pid > 1 and fork_pid not in self.sup.holder_pids():
+        if fork_pid > 1 and fork_pid not in holders:
             with contextlib.suppress(OSError):
                 os.kill(fork_pid, signal.SIGKILL)
-        self.sup.sweeper.kill_except(self.sup.holder_pids())
-        return str(parent_said.get("message") or "the fork did not start in time")
+        self.state.sweeper.kill_except(holders)
+        return problem or str(parent_said.get("message") or "the fork did not start in time")
 
     def _await_fork(self, channel: socket.socket, deadline: float) -> tuple[dict, int]:
         """The parent's ``forked`` report and the pid that said ``ready`` on ``channel``."""
@@ -155,9 +188,9 @@ class Holder:
                 for fd in (0, 1, 2):
                     os.dup2(null, fd)
                 restrict_process(
-                    self.limits, self.sup.holder_landlock(), cpu=(self.cpu_hard, self.cpu_hard)
+                    self.limits, self.state.holder_landlock(), cpu=(self.cpu_hard, self.cpu_hard)
                 )
-                if self.sup.sessions.forked:  # read-only like its family (``forking``)
+                if self.state.family.forked:  # read-only like its family (``forking``)
                     problem = drop_metadata_changes()
                     if problem is not None:
                         raise RestrictionFailed(problem)
@@ -165,7 +198,7 @@ class Holder:
                 keep = child.fileno()
                 os.closerange(3, keep)
                 os.closerange(keep + 1, 1 << 16)
-                os.chdir(self.sup.workdir)
+                os.chdir(self.state.workdir)
                 reset_signals()
                 holder_loop(child)
             finally:
@@ -174,6 +207,13 @@ class Holder:
         parent.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         self.sock = parent
         self._track(pid)
+        self.tainted = False
+        self.lost_note = ""
+        self.nested = []  # a fresh process from the supervisor: a domain of its own
+        for holder in self.state.family.holders.values():
+            if self in holder.nested:
+                holder.nested.remove(self)
+        self.park()  # a fresh holder waits for its first cell stopped, like any other
 
     def _track(self, pid: int) -> None:
         if self.pidfd >= 0:
@@ -200,6 +240,25 @@ class Holder:
         deadline = time.monotonic() + 1.0
         while process_state(self.pid) not in STOPPED_OR_GONE and time.monotonic() < deadline:
             time.sleep(0.0002)
+        continued_since_stop(self.pid)  # drop a continue of ours the stop made stale
+        self.parked = True
+
+    def resume(self) -> None:
+        """Let the holder run for a request of its own session (``park`` ends it)."""
+        self.parked = False
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGCONT)
+
+    def check_parked(self) -> None:
+        """A parked holder found running (someone sent it ``SIGCONT``) is stopped again at
+        once and its state is no longer trusted: its session's next request replaces it
+        and replays the kept cells (issue #40, class 4)."""
+        if not self.parked or not self.alive():
+            return
+        if continued_since_stop(self.pid) or process_state(self.pid) not in STOPPED_OR_GONE:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGSTOP)
+            self.tainted = True
 
     def alive(self) -> bool:
         if self.pidfd < 0:
@@ -209,13 +268,13 @@ class Holder:
 
     def close(self) -> None:
         """Kill this holder (and anything else but the other sessions' holders)."""
-        others = self.sup.holder_pids() - {self.pid}
+        others = self.state.family.holder_pids() - {self.pid}
         if others:
             with contextlib.suppress(OSError):
                 os.kill(self.pid, signal.SIGKILL)
-            self.sup.sweeper.kill_except(others, timeout=2.0)
+            self.state.sweeper.kill_except(others, timeout=2.0)
         else:
-            self.sup.sweeper.kill_all(timeout=2.0)
+            self.state.sweeper.kill_all(timeout=2.0)
         if self.sock is not None:
             self.sock.close()
             self.sock = None
@@ -241,11 +300,11 @@ class Holder:
         self.close()
         self._start()
 
-    def _lost(self) -> dict:
+    def _lost(self, why: str = "the session's state holder was gone") -> dict:
         self._restart()
         return {
             "status": "sandbox_error",
-            "message": "the session's state holder was gone; a fresh one was started",
+            "message": f"{why}; a fresh one was started",
             "state_lost": True,
             "not_run": True,
         }
@@ -258,9 +317,45 @@ class Holder:
             self.cpu_hard - 1,
         )
         if not self.alive():
-            return self._lost()
+            return self._lost(self.lost_note or "the session's state holder was gone")
+        if self.tainted:
+            return self._lost(TAINTED_NOTE)
+        self.resume()
+        try:
+            self._separate_from_forks()
+            return self._run_cell(req, timeout, cpu_soft)
+        finally:
+            if self.alive() and not self.parked:
+                self.park()  # every way out: the holder runs only inside a request
+
+    def _separate_from_forks(self) -> None:
+        """Before a cell: a holder whose forks live in domains nested in its own enters a
+        new one (``forking.enter_own_domain``), so that its cell cannot signal, trace,
+        see or connect to them. Where it cannot (every Landlock layer used), those forks
+        are killed instead: their sessions replay on a fresh holder (issue #40)."""
+        live = [holder for holder in self.nested if holder.alive()]
+        self.nested = []
+        if not live or self.sock is None:
+            return
+        message = {"op": "domain", "landlock": self.state.config.get("landlock")}
+        answer: dict = {}
         with contextlib.suppress(OSError):
-            os.kill(self.pid, signal.SIGCONT)  # an earlier cell may have stopped its holder
+            self._flush_stale()
+            self.sock.send(json.dumps(message).encode())
+            deadline = time.monotonic() + DOMAIN_SECONDS
+            while time.monotonic() < deadline and answer.get("event") not in ("domain", "eof"):
+                ready, _, _ = select.select([self.sock], [], [], deadline - time.monotonic())
+                if ready:
+                    answer = self._recv() or {}
+        if answer.get("ok"):
+            return
+        for holder in live:
+            holder.lost_note = SEPARATION_NOTE
+            with contextlib.suppress(OSError):
+                os.kill(holder.pid, signal.SIGKILL)
+
+    def _run_cell(self, req: dict, timeout: float, cpu_soft: int) -> dict:
+        limits = self.limits
         self._flush_stale()
         self.seq += 1
         seq = self.seq
@@ -343,8 +438,8 @@ class Holder:
                                     continue
                                 # Helpers the cell forked may hold its output open: they
                                 # die now, so only the cell itself can delay end-of-file.
-                                self.sup.sweeper.kill_except(
-                                    {candidate, self.pid} | self.sup.holder_pids()
+                                self.state.sweeper.kill_except(
+                                    {candidate, self.pid} | self.state.family.holder_pids()
                                 )
                         else:
                             wait.status, wait.cpu = _died_report(msg)
@@ -369,7 +464,7 @@ class Holder:
         self, wait: CellWait, capture: Capture, timeout: float, cpu_soft: int, duration: float
     ) -> dict:
         """Adopt the new holder (or keep the old one), kill everything else, answer."""
-        sweeper = self.sup.sweeper
+        sweeper = self.state.sweeper
         spare = set()
         if wait.adopted:
             previous = self.pid
@@ -378,14 +473,14 @@ class Holder:
                 os.kill(previous, signal.SIGKILL)
             # Killed now (it cannot run anything any more); its teardown and reaping happen
             # after the answer is sent, off the cell's latency.
-            self.sup.pending_reap.append(previous)
+            self.state.pending_reap.append(previous)
             spare.add(previous)
         # The old holder serves no more cells once it handed its socket over.
         keep_holder = self.alive() and (wait.adopted or not wait.handed_over)
         if keep_holder and wait.finished:
             self.park()  # before the sweep: nothing it starts from now on survives
         sweeper.reaped.clear()
-        others = self.sup.holder_pids() - {self.pid}  # the other sessions' holders
+        others = self.state.family.holder_pids() - {self.pid}  # the other sessions' holders
         clean = sweeper.kill_except(({self.pid} if keep_holder else set()) | spare | others)
         if not wait.finished and keep_holder:
             wait.status, wait.cpu = self._await_finished()
@@ -410,7 +505,7 @@ class Holder:
             # zombies would take the process limit its family's next cells need.
             adopted, keep_holder = False, False
             kind, text = "error", ZOMBIES_NOTE
-        elif self.sup.sessions.forked and not remove_ipc_objects().clean:
+        elif self.state.family.forked and not remove_ipc_objects().clean:
             # The forks of a worker share its IPC namespace: a System V segment the new
             # holder keeps attached would be reachable from a sibling. Its state goes.
             adopted, keep_holder = False, False
@@ -475,25 +570,16 @@ class CellWait:
     holder_gone: bool = False
 
 
-STOPPED_OR_GONE = (b"T", b"t", b"Z", b"X", b"")
-
-
-def process_state(pid: int) -> bytes:
-    """The state letter of ``/proc/<pid>/stat`` (b"" when the process is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return b""
-
-
-def continue_if_stopped(pid: int) -> None:
-    """A cell may stop its holder (``SIGSTOP`` cannot be ignored): resume it, so that it
-    reports the cell's end instead of leaving the cell to run into its timeout."""
-    state = process_state(pid)
-    if state in (b"T", b"t"):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGCONT)
+DOMAIN_SECONDS = 5.0
+"""Entering a Landlock domain is one system call; this bounds a holder that does not answer."""
+SEPARATION_NOTE = (
+    "its parent session could not enter a Landlock domain apart from it (a process has "
+    "at most 16 layers), so this fork's state holder was ended"
+)
+TAINTED_NOTE = (
+    "the session's state holder ran outside a request (a signal resumed it while it was "
+    "parked), so its state is not trusted"
+)
 
 
 def _died_report(msg: dict) -> tuple[int | None, float]:

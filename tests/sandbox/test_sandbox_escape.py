@@ -2,8 +2,8 @@
 
 For every program: its expected outcome, then the host is unharmed (a canary file in the
 host's /tmp is untouched, a host TCP listener saw no connection, no secret from the
-host's environment leaked), nothing the program started is still alive (on the host and
-inside the sandbox), and the next execution in the same pool works.
+host's environment leaked), nothing the program started is still alive (seen from the
+host), and the next execution in the same pool works.
 
 Backends come from ``tests/support/sandbox_escape/backends.py``; one that cannot run here is
 skipped with the reason.
@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from support.sandbox_escape.backends import BackendSpec, sandbox_backends, started
+from support.sandbox_escape.fail_closed import DEVICE_PROGRAMS, FAIL_CLOSED_FAMILIES
 from support.sandbox_escape.programs import (
     CONCURRENT_READER,
     CONCURRENT_WRITER,
@@ -46,19 +47,6 @@ ESCAPE_CONFIG = SandboxConfig(
     workdir_size_mb=32,
     max_processes=32,
     pool_size=2,
-)
-
-LEFTOVERS_INSIDE = (
-    "import os\n"
-    "me = os.getpid()\n"
-    "ancestors, pid = set(), me\n"
-    "while pid > 1:\n"
-    "    ancestors.add(pid)\n"
-    "    with open(f'/proc/{pid}/stat') as f:\n"
-    "        pid = int(f.read().rsplit(')', 1)[1].split()[1])\n"
-    "ancestors.add(pid)\n"
-    "others = sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in ancestors)\n"
-    "print(others)"
 )
 
 
@@ -206,10 +194,9 @@ async def assert_host_and_pool_unharmed(spec: BackendSpec, sandbox: Sandbox, ctx
             )
         )
         assert strays == set(), f"host processes left behind: {_describe(strays)}"
-    # ...nor inside the sandbox, and the pool still works.
-    inside = await sandbox.run(LEFTOVERS_INSIDE)
-    assert inside.ok, inside
-    assert inside.stdout.strip() == "[]", f"processes left inside the sandbox: {inside.stdout}"
+    # (Inside the sandbox nothing can be listed: /proc shows a run no process of another
+    # Landlock domain, and every run has its own; the host's view above is the check.)
+    # The pool still works.
     nxt = await sandbox.run("print(sum(range(10)))")
     assert nxt.ok and nxt.stdout == "45\n", nxt
 
@@ -218,7 +205,7 @@ def _expected(spec: BackendSpec, name: str, default: set[str]) -> set[str]:
     return spec.expect_overrides.get(name, default)
 
 
-@pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.name)
+@pytest.mark.parametrize("program", PROGRAMS + DEVICE_PROGRAMS, ids=lambda p: p.name)
 async def test_escape_program(
     backend: tuple[BackendSpec, Sandbox], context: Context, program: Program
 ) -> None:
@@ -228,6 +215,8 @@ async def test_escape_program(
     assert context.env_secret not in result.stdout + result.stderr
     if program.check is not None:
         program.check(result, context)
+    if program.host_check is not None:
+        program.host_check(sandbox)
     if program.followup is not None:
         code, expected = program.followup
         # the next execution lands on whichever worker is idle: ask both
@@ -285,17 +274,18 @@ async def test_escape_session_program(
     await assert_host_and_pool_unharmed(spec, sandbox, context)
 
 
-@pytest.mark.parametrize("program", FAMILY_PROGRAMS, ids=lambda p: p.name)
+@pytest.mark.parametrize("program", FAMILY_PROGRAMS + FAIL_CLOSED_FAMILIES, ids=lambda p: p.name)
 async def test_escape_fork_family_program(
     backend: tuple[BackendSpec, Sandbox], context: Context, program: FamilyProgram
 ) -> None:
-    """Issue #24: a forked branch cannot change its parent's future (scheduling, limits,
-    the family's process count); the parent's cells after the branch's still work."""
+    """Issues #24 and #40: a forked branch cannot change its parent's future (scheduling,
+    limits, the family's process count, files, memory), nor talk to it or watch it, in
+    either direction; the parent's cells after the branch's still work."""
     spec, sandbox = backend
 
     async def cells(session, listed) -> None:
         for code, expect, stdout in listed:
-            result = await session.run(context.fill(code))
+            result = await session.run(context.fill(code), timeout=program.timeout)
             assert result.status.value in expect, (code, result)
             if stdout is not None:
                 assert result.stdout == stdout, (code, result)
@@ -304,9 +294,13 @@ async def test_escape_fork_family_program(
         await cells(parent, program.before)
         branch = await parent.fork()
         try:
-            assert branch.forked_by == "process", branch.fork_refusal  # type: ignore[attr-defined]
+            assert branch.forked_by == program.forked_by, branch.fork_refusal  # type: ignore[attr-defined]
             await cells(branch, program.branch)
+            await asyncio.sleep(program.idle_before.get("after", 0.0))
             await cells(parent, program.after)
+            await asyncio.sleep(program.idle_before.get("branch_after", 0.0))
+            await cells(branch, program.branch_after)
+            assert branch.replays == parent.replays == 0, "a holder was lost"  # type: ignore[attr-defined]
         finally:
             await branch.close()
     await assert_host_and_pool_unharmed(spec, sandbox, context)

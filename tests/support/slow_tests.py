@@ -66,6 +66,7 @@ SLOW: dict[str, str] = {
     "tests/sandbox/server/test_sandbox_server.py::test_sandbox_fusion_client_runs_code": SANDBOX,
     "tests/sandbox/server/test_sandbox_server.py::test_session_replays_kept_cells": SANDBOX,
     "tests/sandbox/server/test_sandbox_server_forgery.py": SANDBOX,
+    "tests/sandbox/server/test_sandbox_server_hostile.py": SANDBOX,
     "tests/sandbox/server/test_sandbox_server_limits.py": SANDBOX,
     "tests/sandbox/server/test_sandbox_server_parity.py::test_timeout_has_no_return_code_and_an_empty_message": SANDBOX,
     "tests/sandbox/server/test_sandbox_server_validation.py": SANDBOX,

@@ -41,7 +41,9 @@ from agentenvs.sandbox.base import (
     SandboxUnavailable,
 )
 from agentenvs.sandbox.capabilities import enforce_minimum, unknown_layers
+from agentenvs.sandbox.pool.branch_memory import BranchMemory
 from agentenvs.sandbox.pool.errors import WorkerDead, WorkerStartError
+from agentenvs.sandbox.pool.health import CgroupDirs
 from agentenvs.sandbox.pool.session import SupervisedSession
 from agentenvs.sandbox.pool.supervised import (
     MB,
@@ -311,6 +313,25 @@ class DockerSandbox(SupervisedSandbox[ContainerWorker]):
         if self.mode == "per_call":
             return await self._run_per_call(request, limits)
         return await super()._dispatch(request, limits)
+
+    def _branch_memory(self, worker: ContainerWorker) -> BranchMemory | str | None:
+        if not worker.host_pid:
+            return (
+                "the container's memory group is on a remote engine: its sessions cannot "
+                "get one each, so they are not forked in the container"
+            )
+        dirs = CgroupDirs.of_pid(worker.host_pid)
+        if dirs.memory is None:
+            return "the container's memory group is not visible on this host"
+        return BranchMemory(
+            dirs.memory,
+            dirs.version,
+            branch_bytes=self.config.memory_limit_mb * MB + CONTAINER_HEADROOM_BYTES,
+            headroom_bytes=CONTAINER_HEADROOM_BYTES,
+        )
+
+    def _supervisor_host_pid(self, worker: ContainerWorker) -> int | None:
+        return worker.host_pid
 
     def _oom_count(self, worker: ContainerWorker) -> int | None:
         return worker.oom.read()

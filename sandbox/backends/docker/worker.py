@@ -29,6 +29,7 @@ from typing import Any
 from agentenvs.sandbox.backends.docker.attach import AttachClosed, AttachStream
 from agentenvs.sandbox.pool.environment import sandbox_environment
 from agentenvs.sandbox.pool.errors import WorkerStartError
+from agentenvs.sandbox.pool.mount_seal import DEVICE_NODES, MountPlan
 from agentenvs.sandbox.pool.protocol import BOOTSTRAP
 from agentenvs.sandbox.pool.worker import (
     IDLE_PROCESS_NAME,
@@ -89,7 +90,14 @@ class ContainerSettings:
     env: dict[str, str] = field(default_factory=container_environment)
 
     def create_kwargs(self, uid: int, name: str) -> dict[str, Any]:
+        import docker.types
+
         tmpfs_options = f"size={self.workdir_bytes},mode=1777,noexec,nosuid,nodev"
+        # The host's device nodes, read-only: a writable one lets a run set the times of
+        # the engine host's own /dev/null (issue #40); the devices themselves still work.
+        devices = [
+            docker.types.Mount(node, node, type="bind", read_only=True) for node in DEVICE_NODES
+        ]
         return {
             "image": self.image,
             "command": bootstrap_command(self.env),
@@ -109,6 +117,7 @@ class ContainerSettings:
                 "/run": "ro,size=16k,mode=755",
                 "/var/tmp": "ro,size=16k,mode=755",
             },
+            "mounts": devices,
             "shm_size": self.workdir_bytes,
             "mem_limit": self.memory_bytes,
             "memswap_limit": self.memory_bytes,
@@ -139,6 +148,7 @@ class ContainerSettings:
             "landlock_scope_signals": True,
             "subreaper": True,
             "pid_namespace": True,
+            "seal": {"require_private": True},
         }
 
 
@@ -228,6 +238,15 @@ class ContainerWorker(FramedRequests):
         # the process's cgroup then names the container.
         self.host_pid = pid if pid and _cgroup_names(pid, self.container.id) else None
 
+    def _mount_plan(self) -> tuple[int, MountPlan] | None:
+        """Where the engine runs on this machine (and lets the host join the container's
+        namespaces): ``/dev/shm`` ``noatime``, ``/dev/pts`` read-only, ``/proc`` showing a
+        process only what it may trace. Forks need them; without, they are refused."""
+        if not self.host_pid:
+            return None
+        plan = MountPlan(read_only=("/dev/pts",), noatime=(WORKDIR, SHM), hide_processes=True)
+        return self.host_pid, plan
+
     async def _start(self, timeout: float) -> dict:
         try:
             attached = await _finish_in_thread(self._create_and_attach)
@@ -279,6 +298,10 @@ class ContainerWorker(FramedRequests):
         """Remove the container (SIGKILL to everything in it) and close the stream."""
         self._dead = True
         await _finish_in_thread(self._remove)
+        if self.branches is not None:  # ours, inside the engine's group: ours to remove
+            self.branches.remove_all()
+            with contextlib.suppress(OSError):
+                self.branches.group.rmdir()
         if self.stream is not None:
             await self.stream.close()
 

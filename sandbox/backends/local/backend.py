@@ -24,6 +24,7 @@ from agentenvs.sandbox.base import (
     SandboxUnavailable,
 )
 from agentenvs.sandbox.capabilities import enforce_minimum, unknown_layers
+from agentenvs.sandbox.pool.branch_memory import BranchMemory
 from agentenvs.sandbox.pool.errors import WorkerDead, WorkerStartError
 from agentenvs.sandbox.pool.seccomp import build_seccomp_program
 from agentenvs.sandbox.pool.session import SupervisedSession
@@ -191,7 +192,22 @@ class LocalSandbox(SupervisedSandbox[Worker]):
     def _oom_count(self, worker: Worker) -> int | None:
         return worker.cgroup.oom_kills() if worker.cgroup is not None else None
 
+    def _branch_memory(self, worker: Worker) -> BranchMemory | str | None:
+        if worker.cgroup is None or worker.cgroup.memory is None:
+            return None  # no memory group: the sessions share none (rlimits bound each)
+        return BranchMemory(
+            worker.cgroup.memory,
+            2 if worker.cgroup.v2 else 1,
+            branch_bytes=self.config.memory_limit_mb * MB + CGROUP_HEADROOM_BYTES,
+            headroom_bytes=CGROUP_HEADROOM_BYTES,
+        )
+
+    def _supervisor_host_pid(self, worker: Worker) -> int | None:
+        return worker.supervisor_pid
+
     def _apply_memory_limit(self, worker: Worker, memory_bytes: int) -> None:
+        if worker.branches is not None:
+            return  # the worker's group is the sum of its branches' (``branch_memory``)
         if worker.cgroup is not None:
             worker.cgroup.set_memory_limit(memory_bytes + CGROUP_HEADROOM_BYTES)
 
@@ -240,7 +256,7 @@ class LocalSession(SupervisedSession[Worker]):
     async def _lost_worker_result(
         self, worker: Worker, exc: WorkerDead, oom_before: int | None
     ) -> ExecResult:
-        oom = oom_between(oom_before, self._sandbox._oom_count(worker))
+        oom = oom_between(oom_before, self._oom_count(worker))
         await worker.kill()
         status = ExecStatus.MEMORY if oom else ExecStatus.SANDBOX_ERROR
         message = f"{exc}; the session's earlier cells will be replayed on a fresh worker"

@@ -170,6 +170,10 @@ class LaunchPlan:
     def _config(
         self, *, workdir: str, scratch: list[str], landlock: dict | None, pid_ns: bool
     ) -> dict:
+        """The supervisor's config frame. With namespaces (``pid_ns``) the mounts are the
+        sandbox's own, and no run may reach a host inode through them (``seal``); the
+        direct launcher shares the host's ``/dev`` (any process of the uid can set
+        ``/dev/null``'s times), which the capability report's ``namespaces`` note says."""
         import base64
 
         return {
@@ -188,6 +192,7 @@ class LaunchPlan:
             "landlock_scope_signals": True,
             "subreaper": True,
             "pid_namespace": pid_ns,
+            "seal": {"require_private": pid_ns},
         }
 
     def _bwrap_spec(self, uid: int | None) -> SpawnSpec:

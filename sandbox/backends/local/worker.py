@@ -21,8 +21,14 @@ from itertools import count
 from pathlib import Path
 
 from agentenvs.sandbox.backends.local.cgroups import CgroupSupport, WorkerCgroup
-from agentenvs.sandbox.backends.local.launch import LaunchPlan, SpawnSpec
+from agentenvs.sandbox.backends.local.launch import (
+    SANDBOX_SHM,
+    SANDBOX_WORKDIR,
+    LaunchPlan,
+    SpawnSpec,
+)
 from agentenvs.sandbox.pool.errors import WorkerStartError
+from agentenvs.sandbox.pool.mount_seal import DEVICE_NODES, MountPlan
 from agentenvs.sandbox.pool.uids import UidAllocator
 from agentenvs.sandbox.pool.worker import (
     IDLE_PROCESS_NAME,
@@ -109,6 +115,18 @@ class Worker(FramedRequests):
             self.cgroup.set_memory_limit(self._initial_memory)
         return self.hello
 
+    def _mount_plan(self) -> tuple[int, MountPlan] | None:
+        """bubblewrap binds the host's device nodes writable and mounts relatime tmpfs and
+        a /proc that shows every process: tightened before any code runs (issue #40)."""
+        if self.plan.mode != "bwrap" or self.supervisor_pid is None:
+            return None
+        plan = MountPlan(
+            read_only=(*DEVICE_NODES, "/dev/pts"),
+            noatime=(SANDBOX_WORKDIR, SANDBOX_SHM),
+            hide_processes=True,
+        )
+        return self.supervisor_pid, plan
+
     async def _find_supervisor_pid(self) -> int | None:
         assert self.proc is not None
         if self.plan.mode == "direct":
@@ -191,6 +209,8 @@ class Worker(FramedRequests):
             transport = getattr(self.proc, "_transport", None)
             if transport is not None:
                 transport.close()  # closes the pipes now rather than at garbage collection
+        if self.branches is not None:
+            self.branches.remove_all()
         if self.cgroup is not None:
             self.cgroup.remove()
             self.cgroup = None

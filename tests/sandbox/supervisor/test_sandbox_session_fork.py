@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 
 import pytest
 import pytest_asyncio
@@ -22,6 +23,7 @@ from agentenvs.sandbox import ExecStatus, SandboxConfig
 from agentenvs.sandbox.backends.local.backend import LocalSandbox
 from agentenvs.sandbox.base import SessionForkError
 from agentenvs.sandbox.pool.supervised import SESSION_FORK_LIMIT
+from agentenvs.sandbox.pool.worker import children_of
 
 # The in-worker fork needs Landlock (the forked family loses write access through it).
 needs_sandbox = machine_skips.needs(*machine_skips.LOCAL_SANDBOX, "landlock")
@@ -37,7 +39,8 @@ COUNT_PROCESSES = (
     "len(states), sum(s in 'ZX' for s in states)"
 )
 """(processes, zombies) in the worker's pid namespace, as the sandboxed code sees them:
-the supervisor, the session's holder and this cell, once nothing else is left."""
+the session's holder and this cell, once nothing else is left (``/proc`` shows a process
+only those it may trace: not the supervisor, no other branch of its family)."""
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -155,28 +158,44 @@ async def test_killing_one_fork_leaves_its_siblings_and_parent_intact(sandbox):
             await sibling.close()
 
 
-async def test_a_branch_cannot_signal_its_parent_or_a_sibling(sandbox):
+KILL_EVERY_OTHER_PID = (
+    "import os, signal\n"
+    "denied = visible = 0\n"
+    "for pid in range(2, 4096):\n"
+    "    if pid in (os.getpid(), os.getppid()):\n"
+    "        continue\n"
+    "    visible += os.path.exists(f'/proc/{pid}')\n"
+    "    try:\n"
+    "        os.kill(pid, signal.SIGKILL)\n"
+    "    except PermissionError:\n"
+    "        denied += 1\n"
+    "    except ProcessLookupError:\n"
+    "        pass\n"
+    "(denied, visible)"
+)
+"""Every pid of the worker's namespace but the cell's own and its holder's (by number:
+/proc shows a branch no process outside its own Landlock domain)."""
+
+
+async def test_branches_and_their_parent_cannot_signal_or_see_each_other(sandbox):
+    """Issue #40, classes 3 and 4: after a fork, parent and fork are sibling Landlock
+    domains, in both directions: no signal lands, no process is visible in /proc."""
     async with sandbox.session() as parent:
         assert (await parent.run("x = 'parent'")).ok
         attacker, sibling = await parent.fork(), await parent.fork()
         try:
             assert (await sibling.run("x = 'sibling'")).ok
-            result = await attacker.run(
-                "import os, signal\n"
-                "denied = 0\n"
-                "for p in os.listdir('/proc'):\n"
-                "    if p.isdigit() and int(p) not in (os.getpid(), os.getppid()):\n"
-                "        try:\n"
-                "            os.kill(int(p), signal.SIGKILL)\n"
-                "        except PermissionError:\n"
-                "            denied += 1\n"
-                "denied"
-            )
+            result = await attacker.run(KILL_EVERY_OTHER_PID)
             assert result.ok, result
-            assert int(result.stdout) >= 2  # at least the parent's and the sibling's holders
+            denied, visible = eval(result.stdout)
+            assert denied >= 2 and visible == 0, result  # the parent and the sibling
+            result = await parent.run(KILL_EVERY_OTHER_PID)
+            denied, visible = eval(result.stdout)
+            assert denied >= 2 and visible == 0, result  # both forks
             assert await value(sibling, "x") == "'sibling'"
+            assert await value(attacker, "x") == "'parent'"
             assert await value(parent, "x") == "'parent'"
-            assert sibling.replays == parent.replays == 0
+            assert sibling.replays == parent.replays == attacker.replays == 0
         finally:
             await attacker.close()
             await sibling.close()
@@ -189,9 +208,9 @@ async def test_a_fork_cannot_reach_another_callers_session(sandbox):
         fork = await mine.fork()
         try:
             assert fork._worker is mine._worker is not theirs._worker
-            # The fork's pid namespace holds its family only: the supervisor, the two
-            # holders and this cell. The other session's worker is not even visible.
-            assert await value(fork, COUNT_PROCESSES) == "(4, 0)"
+            # The fork sees its own holder and this cell: not its parent's holder (another
+            # Landlock domain), not the supervisor, not the other session's worker.
+            assert await value(fork, COUNT_PROCESSES) == "(2, 0)"
             killed = await fork.run("import os, signal\nos.kill(-1, signal.SIGKILL)")
             assert killed.status != ExecStatus.SANDBOX_ERROR, killed
             assert await value(theirs, "secret") == "'theirs'"
@@ -347,7 +366,7 @@ async def test_the_per_worker_bound_falls_back_to_replay(sandbox):
 async def test_a_thousand_forks_and_closes_leave_nothing_behind(sandbox):
     async with sandbox.session() as parent:
         assert (await parent.run("x = 42")).ok
-        assert await value(parent, COUNT_PROCESSES) == "(3, 0)"
+        assert await value(parent, COUNT_PROCESSES) == "(2, 0)"
         host_pids = sandbox.host_pids()
         fds = open_fds()
         methods = set()
@@ -356,12 +375,40 @@ async def test_a_thousand_forks_and_closes_leave_nothing_behind(sandbox):
             methods.add(fork.forked_by)
             if i % 100 == 0:
                 assert await value(fork, "x") == "42"
-                assert await value(fork, COUNT_PROCESSES) == "(4, 0)"  # + the fork's holder
+                assert await value(fork, COUNT_PROCESSES) == "(2, 0)"  # its own holder and cell
             await fork.close()
         assert methods == {"process"}
-        assert await value(parent, COUNT_PROCESSES) == "(3, 0)"
+        assert await value(parent, COUNT_PROCESSES) == "(2, 0)"
         assert sandbox.host_pids() == host_pids
         assert sandbox._session_workers() == [parent._worker]
         await asyncio.sleep(0.2)  # session spares are refilled in the background
         assert len(open_fds() - fds) <= 8
         assert await value(parent, "x") == "42"
+
+
+def _state(pid: int) -> str:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+
+async def test_a_parked_holder_resumed_from_outside_is_stopped_again_and_replaced(sandbox):
+    """Issue #40, class 4, the supervisor's own watch: no process of the sandbox can
+    resume a parked holder (Landlock scopes signals), so the test does it from the host.
+    The holder is stopped again at once (the supervisor's SIGCHLD), and its session's
+    next request replaces it and replays the kept cells: its state, which ran outside
+    any request, is not trusted."""
+    async with sandbox.session() as session:
+        assert (await session.run("x = 7")).ok
+        worker = session._worker
+        parked: list[int] = []
+        for _ in range(100):  # the finished cell is re-parented once its holder is reaped
+            parked = [pid for pid in children_of(worker.supervisor_pid) if _state(pid) == "T"]
+            if parked:
+                break
+            await asyncio.sleep(0.01)
+        (holder,) = parked
+        os.kill(holder, signal.SIGCONT)
+        await asyncio.sleep(0.2)
+        assert _state(holder) == "T", "a resumed holder must be stopped again"
+        result = await session.run("x")
+        assert result.ok and result.stdout == "7\n", result
+        assert session.replays == 1 and "outside a request" in result.message, result

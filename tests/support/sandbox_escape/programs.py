@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from agentenvs.sandbox import ExecResult
 
@@ -58,6 +60,8 @@ class Program:
     """(code, expected stdout) of the next execution, run right after this one."""
     timeout: float | None = None
     """Wall seconds for this program, when the suite's default is too short for its outcome."""
+    host_check: Callable[[Any], None] | None = None
+    """Looks at the sandbox from the host after the program (gets the started sandbox)."""
 
 
 @dataclass(frozen=True)
@@ -812,10 +816,9 @@ _REACH_OTHER_PROCESSES = (
     "IOPRIO_SET = {'x86_64': 251, 'aarch64': 30}.get(os.uname().machine)\n"
     "def reach():\n"
     "    me, changed = os.getpid(), []\n"
-    "    for name in os.listdir('/proc'):\n"
-    "        if not name.isdigit() or int(name) == me:\n"
+    "    for pid in range(1, 1024):  # by number: /proc shows no process of another domain\n"
+    "        if pid == me:\n"
     "            continue\n"
-    "        pid = int(name)\n"
     "        attempts = {\n"
     "            'nice': lambda: os.setpriority(os.PRIO_PROCESS, pid, 19),\n"
     "            'sched_idle': lambda: os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0)),\n"
@@ -853,24 +856,32 @@ _OWN_ATTRIBUTES_STILL_WORK = (
     "resource.prlimit(0, resource.RLIMIT_NOFILE, (soft // 2, hard))\n"
     "print('own attributes changed')"
 )
-_PARENT_INTACT = (
-    "import os\n"
-    "parent = os.getppid()\n"
-    "with open(f'/proc/{parent}/stat') as f:\n"
-    "    fields = f.read().rsplit(')', 1)[1].split()\n"
-    "with open(f'/proc/{parent}/limits') as f:\n"
-    "    limits = {line[:26].strip(): line[26:].split() for line in f}\n"
-    "intact = (int(fields[16]) < 19 and fields[38] == '0'\n"
-    "          and limits['Max open files'][1] != '8' and limits['Max file size'][1] != '1')\n"
-    "print('parent intact' if intact else f'parent changed: {fields[16]} {fields[38]} {limits}')"
-)
+
+
+def _supervisors_intact(sandbox) -> None:
+    """From the host: no process of the pool (supervisors, their idle children) was
+    reniced, put under SCHED_IDLE or given lower limits (the sandboxed code cannot look:
+    /proc shows it no process outside its own Landlock domain)."""
+    for pid in sandbox.host_pids():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            limits = {
+                line[:26].strip(): line[26:].split()
+                for line in Path(f"/proc/{pid}/limits").read_text().splitlines()
+            }
+        except OSError:
+            continue  # an idle child that took its request meanwhile
+        assert int(fields[16]) < 19 and fields[38] == "0", (pid, fields[16], fields[38])
+        assert limits["Max open files"][1] != "8" and limits["Max file size"][1] != "1", limits
+
+
 TENANCY_PROGRAMS: list[Program] = [
     Program(
         "renice_and_prlimit_the_supervisor",
         _REACH_OTHER_PROCESSES + "print('changed', reach())",
         {OK},
         check=_stdout_has("changed []"),
-        followup=(_PARENT_INTACT, "parent intact"),
+        host_check=_supervisors_intact,
     ),
     Program(
         "own_scheduling_and_limits_still_work",
@@ -891,6 +902,14 @@ class FamilyProgram:
     before: list[tuple[str, set[str], str | None]]
     branch: list[tuple[str, set[str], str | None]]
     after: list[tuple[str, set[str], str | None]]
+    branch_after: list[tuple[str, set[str], str | None]] = field(default_factory=list)
+    """Cells in the fork once the parent's ``after`` cells ran."""
+    forked_by: str = "process"
+    """How the fork must have been made ("replay": the supervisor must refuse it)."""
+    idle_before: dict[str, float] = field(default_factory=dict)
+    """Phase ("after", "branch_after") -> seconds the whole family stays idle before it."""
+    timeout: float | None = None
+    """Wall seconds for each cell, when the suite's default is too short for its work."""
 
 
 _SNAPSHOT = (
