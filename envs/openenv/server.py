@@ -401,7 +401,8 @@ def main(argv: list[str] | None = None) -> None:
         except json.JSONDecodeError:
             config[key] = value
     app = openenv_app(args.env_name, config, split=args.split)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    # asyncio's own loop: a ReTool env starts sandbox workers as another user (uvloop cannot)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", loop="asyncio")
 
 
 if __name__ == "__main__":

@@ -123,5 +123,6 @@ def serve(app: FastAPI, sock: socket.socket, *, log_level: str = "warning") -> N
     """Serve on the bound ``sock`` until interrupted (blocking)."""
     import uvicorn
 
-    config = uvicorn.Config(app, log_level=log_level, access_log=False)
+    # asyncio's own loop: envs that run code start sandbox workers as another user (uvloop cannot)
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, loop="asyncio")
     uvicorn.Server(config).run(sockets=[sock])

@@ -286,4 +286,5 @@ def serve(
         log_level=log_level,
         http=clients.protocol(),  # a connection that brings no request head is closed
         limit_concurrency=clients.max_connections,
+        loop="asyncio",  # the local backend starts workers as another user: uvloop cannot
     )

@@ -82,6 +82,7 @@ class Worker(FramedRequests):
         spec = self._spec = self.plan.spawn_spec(self.uid, host_tmp)
         ids: dict = {}
         if self.uid is not None:
+            _refuse_a_loop_that_cannot_switch_user()
             ids = {"user": self.uid, "group": self.uid, "extra_groups": []}
         try:
             self.proc = await asyncio.create_subprocess_exec(
@@ -255,3 +256,17 @@ def _kill_uid(uid: int) -> None:
         if not found:
             return
         time.sleep(0.01)
+
+
+def _refuse_a_loop_that_cannot_switch_user() -> None:
+    """The worker runs as an unprivileged uid, which asyncio's own loop sets for the child
+    (``user=``/``group=``). uvloop's process spawner does not accept them, and running the
+    worker as the caller's user instead would drop a layer silently: refuse, saying why.
+    ``uvicorn.run(..., loop="asyncio")`` is how a server hosting the sandbox picks the loop."""
+    loop = asyncio.get_running_loop()
+    if not isinstance(loop, asyncio.BaseEventLoop):
+        raise WorkerStartError(
+            f"the local sandbox needs asyncio's own event loop to start its workers as an "
+            f"unprivileged user; this process runs {type(loop).__module__}."
+            f"{type(loop).__name__} (with uvicorn: loop='asyncio')"
+        )
