@@ -116,7 +116,7 @@ class ImageMarkup:
     def _prepare(self, image: ImageRef) -> str:
         if image.sha256 not in self.images:
             if self._processing is None:
-                self._processing = ImageProcessing(self.spec)
+                self._processing = ImageProcessing.for_key(self.spec.key())
             grid, count = self._processing.grid_and_tokens(open_ref(image))
             self.images[image.sha256] = (image, grid, count)
         return f"{_OPEN}{self.nonce}:{image.sha256}{_CLOSE}"
