@@ -237,3 +237,17 @@ def vision_renderer(
     if kind not in classes:
         raise ValueError(f"unknown renderer {kind!r}; choose one of {sorted(classes)}")
     return classes[kind](tokenizer, end_of_turn, spec)
+
+
+def placeholder_runs(tokens: list[int], pad: int) -> list[tuple[int, int]]:
+    """Each maximal run of ``pad`` in ``tokens`` as (offset, length)."""
+    import numpy as np
+
+    array = np.asarray(tokens, dtype=np.int64)
+    hits = np.flatnonzero(array == pad)
+    if hits.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(hits) != 1)
+    starts = np.concatenate([[hits[0]], hits[breaks + 1]])
+    ends = np.concatenate([hits[breaks], [hits[-1]]])
+    return [(int(s), int(e - s + 1)) for s, e in zip(starts, ends, strict=True)]

@@ -34,6 +34,7 @@ from agentenvs.envs.types import (
 )
 from agentenvs.envs.vision.images import ImageError, open_ref
 from agentenvs.envs.vision.processing import ImageProcessing, VisionSpec, VisionSpecError
+from agentenvs.envs.vision.render import placeholder_runs
 from agentenvs.envs.wire import placements_digest
 from agentenvs.rollout.policies.base import PolicyError, StampedTokens
 from agentenvs.rollout.policies.hf import HFSampler
@@ -167,17 +168,3 @@ class VisionSampler(HFSampler):
                     f"({placement.tokens})"
                 )
         return processed.pixel_values
-
-
-def placeholder_runs(tokens: list[int], pad: int) -> list[tuple[int, int]]:
-    """Each maximal run of ``pad`` in ``tokens`` as (offset, length)."""
-    import numpy as np
-
-    array = np.asarray(tokens, dtype=np.int64)
-    hits = np.flatnonzero(array == pad)
-    if hits.size == 0:
-        return []
-    breaks = np.flatnonzero(np.diff(hits) != 1)
-    starts = np.concatenate([[hits[0]], hits[breaks + 1]])
-    ends = np.concatenate([hits[breaks], [hits[-1]]])
-    return [(int(s), int(e - s + 1)) for s, e in zip(starts, ends, strict=True)]
