@@ -158,6 +158,8 @@ class ImageMarkup:
         for piece, kind in segments:
             cursor = 0
             for match in self._pattern.finditer(piece):
+                if match.group(1) not in self.images:
+                    continue  # not a sentinel this renderer wrote: text like any other
                 run.append((piece[cursor : match.start()], kind))
                 flush()
                 image, grid, count = self.images[match.group(1)]
@@ -208,6 +210,16 @@ class _ShowsImages(Renderer):
 
 class VisionChatRenderer(_ShowsImages, ChatRenderer):
     """The chat renderer, with image parts in any message."""
+
+    def append(self, history, tools, action_content, action_marker, observation) -> Appended:
+        appended = super().append(history, tools, action_content, action_marker, observation)
+        new = _as_messages(observation)
+        if any(has_parts(m) for m in new):  # the plain count reads string contents only
+            flat = self.markup.flatten(new)
+            appended.split_controls = sum(
+                self.text.count_controls(m["content"]) for m in flat if m.get("role") != "assistant"
+            )
+        return appended
 
 
 class VisionContinuationRenderer(_ShowsImages, ContinuationRenderer):

@@ -72,16 +72,23 @@ def build_tiny_vlm(
 
 
 def save_tiny_vlm(
-    directory: str | Path, tokenizer: Any, spec: VisionSpec = SMALL_IMAGES, **options: Any
+    directory: str | Path,
+    tokenizer: Any,
+    spec: VisionSpec = SMALL_IMAGES,
+    *,
+    with_tokenizer: bool = True,
+    **options: Any,
 ) -> Path:
-    """Build a tiny VLM and save it with its tokenizer and image processor settings."""
+    """Build a tiny VLM and save it with its image processor settings and (unless
+    ``with_tokenizer`` is False: the caller passes its tokenizer object) its tokenizer."""
     import json
 
     if spec.patch_size != 14 or spec.merge_size != 2:
         raise ValueError("the tiny VLM's vision tower has 14-pixel patches merged 2x2")
     directory = Path(directory)
     build_tiny_vlm(tokenizer, **options).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+    if with_tokenizer:
+        tokenizer.save_pretrained(directory)
     (directory / "preprocessor_config.json").write_text(
         json.dumps(spec.processor_config(), indent=2), encoding="utf-8"
     )
