@@ -40,8 +40,10 @@ def tiny_vlm_dir() -> Path:
 
 @functools.cache
 def tiny_vlm_policy(seed: int = 0) -> HFPolicy:
-    """The HF policy over the tiny VLM (the Qwen2.5 tokenizer object passed in)."""
-    return HFPolicy(str(tiny_vlm_dir()), tokenizer=shared_vocabulary("qwen2.5"), seed=seed)
+    """``make_policy("hf")`` over the saved tiny VLM (the Qwen2.5 tokenizer object passed in)."""
+    return make_policy(
+        "hf", model=str(tiny_vlm_dir()), tokenizer=shared_vocabulary("qwen2.5"), seed=seed
+    )
 
 
 def charts_config(**overrides: Any) -> Any:
@@ -99,3 +101,30 @@ def collect_charts(
         collect(builders, policy, concurrency=2, store=TrajectoryStore(store), env_name="charts",
                 retries=0)
     )  # fmt: skip
+
+
+class ModelTurns:
+    """Turns listed in ``model_turns`` are sampled by ``model``; the others are the env's
+    oracle (no logprobs). With a random model, this is how an engine-sampled turn sees
+    a tool's picture: the oracle's zoom call came first."""
+
+    per_env = True
+
+    def __init__(self, model: Any, model_turns: tuple[int, ...] = (1,)) -> None:
+        self.model = model
+        self.model_turns = set(model_turns)
+        self.oracle = make_policy("scripted")
+
+    def __call__(self, env: Any) -> Any:
+        oracle, model, turns, seen = self.oracle(env), self.model, self.model_turns, [0]
+
+        class Mixed:
+            def sees_images(self) -> bool:
+                return True
+
+            async def __call__(self, ob, stop, *, max_tokens=None):
+                turn, seen[0] = seen[0], seen[0] + 1
+                inner = model if turn in turns else oracle
+                return await inner(ob, stop, max_tokens=max_tokens)
+
+        return Mixed()
