@@ -72,6 +72,9 @@ class EnvConfig(BaseModel):
     """The dataset split names this environment accepts (aliases included). Any
     other name is refused by :meth:`check_split` before a task is made, so an
     environment that ignores ``split`` cannot run its train tasks for a typo."""
+    demo_tokenizer: ClassVar[str] = "builtin"
+    """The tokenizer ``agentenvs demo`` renders this environment with (a
+    ``load_tokenizer`` name): one with image tokens for an environment that shows images."""
     needs_external_server: ClassVar[bool] = False
     """Plays only against a server the user starts (an OpenEnv environment, MCP tools):
     ``agentenvs demo`` leaves it out unless named, since nothing here starts one."""

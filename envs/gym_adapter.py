@@ -29,7 +29,14 @@ def _text(observation: str | Message | list[Message] | None) -> str:
     if isinstance(observation, str):
         return observation
     messages = [observation] if isinstance(observation, dict) else observation
-    return "\n".join(str(m.get("content", "")) for m in messages)
+    return "\n".join(_content_text(m.get("content", "")) for m in messages)
+
+
+def _content_text(content: Any) -> str:
+    """A message's text; an image part reads ``<image>`` (the pixels are in ``info``)."""
+    if not isinstance(content, list):
+        return str(content)
+    return "".join(p.get("text", "") if p.get("type") == "text" else "<image>" for p in content)
 
 
 class _UnicodeText(spaces.Text):

@@ -27,12 +27,14 @@ from agentenvs.envs.types import (
     Action,
     ActionExtra,
     Env,
+    ImagePlacement,
     Metrics,
     Observation,
     StepResult,
     StopCondition,
     StopReason,
     stop_metric,
+    with_images,
 )
 
 SPLIT_CONTROLS_METRIC = "renderer/control_strings_split"
@@ -97,6 +99,8 @@ class RenderedEnv(Env):
         self.limits = limits or Limits()
         self.history: list[Message] = []
         self.context: list[int] = []
+        self.images: list[ImagePlacement] = []
+        """The images the context shows (offsets into it), for vision policies."""
         self.turns = 0
         self.prefix_breaks = 0
         self.done = False
@@ -120,6 +124,7 @@ class RenderedEnv(Env):
             raise
         self.history = list(self.task.initial_messages())
         self.context = self.renderer.initial_tokens(self.history, self.task.tools())
+        self.images = list(self.renderer.prompt_images)
         self._stops = list(self.task.stop_sequences())
         # The prompt has no step of its own: its records ride on the first step.
         self._pending_split = self.renderer.prompt_split_controls
@@ -129,7 +134,7 @@ class RenderedEnv(Env):
         # An over-long prompt is the data's fault, not the model's: the first step ends
         # the episode (context_overflow) rather than raising out of the rollout.
         self._prompt_too_long = self._over_prompt_cap(len(self.context))
-        return list(self.context), self.stop_condition()
+        return with_images(self.context, self.images), self.stop_condition()
 
     def _step_records(self, metrics: Metrics, logs: dict) -> dict:
         """Adds what the prompt left pending to the first step's metrics; returns logs."""
@@ -212,18 +217,20 @@ class RenderedEnv(Env):
                 if self._over_budget_total(total) or self._over_prompt_cap(total):
                     return await self._end_by_limit(result, StopReason.CONTEXT_OVERFLOW, metrics)
                 self.context = list(appended.tokens)
+                self.images = list(appended.images)
             else:
                 if self._over_budget(len(appended.tokens)):
                     return await self._end_by_limit(result, StopReason.CONTEXT_OVERFLOW, metrics)
                 if self._budget_spent(len(appended.tokens)):
                     # verl drops an observation that would use up the budget and ends.
                     return await self._end_by_limit(result, StopReason.RESPONSE_BUDGET, metrics)
+                self.images += [p.shifted(len(self.context)) for p in appended.images]
                 self.context.extend(appended.tokens)
                 self.response_tokens += len(appended.tokens)
         return StepResult(
             reward=result.reward,
             episode_done=False,
-            next_observation=list(self.context),
+            next_observation=with_images(self.context, self.images),
             next_stop_condition=self.stop_condition(),
             metrics=metrics,
             logs={**self._step_records(metrics, logs), "action_text": self._action_text},

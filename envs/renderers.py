@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from agentenvs.envs.text import Message
@@ -35,6 +35,7 @@ from agentenvs.envs.tokenizing import (
     SegmentKind,
     slice_segments,
 )
+from agentenvs.envs.types import ImagePlacement
 
 RendererKind = Literal["continuation", "chat"]
 
@@ -64,6 +65,8 @@ class Appended:
     restart: bool = False
     split_controls: int = 0
     """Control-token strings in environment text that were tokenized as plain text."""
+    images: list[ImagePlacement] = field(default_factory=list)
+    """Images the new tokens show, offsets into ``tokens`` (:mod:`agentenvs.envs.vision`)."""
 
 
 # Stands in for an environment message's content while the template renders, so the
@@ -85,12 +88,15 @@ class Renderer(ABC):
         """Control strings split in the last :meth:`initial_tokens` prompt."""
         self.prompt_messages = 0
         """How many leading messages of a conversation are the task's prompt."""
+        self.prompt_images: list[ImagePlacement] = []
+        """Images the last :meth:`initial_tokens` prompt shows."""
         self._last_render: tuple[bool, list[Message], list[dict] | None, str] | None = None
 
     def initial_tokens(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
         self.prompt_messages = len(messages)
         encoded = self.encode_conversation(messages, tools)
         self.prompt_split_controls = encoded.split_controls
+        self.prompt_images = encoded.images
         return encoded.tokens
 
     def _kind(self, index: int, message: Message) -> SegmentKind | None:
@@ -284,26 +290,27 @@ class ChatRenderer(Renderer):
         head = opened + action_content
         if not full.startswith(head):
             encoded = self.encode_conversation(conversation, tools, rendered=full)
-            return Appended(encoded.tokens, restart=True, split_controls=split)
+            return Appended(
+                encoded.tokens, restart=True, split_controls=split, images=encoded.images
+            )
         # The template closes the assistant turn; the part of that closing the model
         # already emitted (its end-of-turn token) is not repeated.
         start = len(head)
         if action_marker and full.startswith(action_marker, start):
             start += len(action_marker)
         encoded = self.encode_conversation(conversation, tools, rendered=full, start=start)
-        return Appended(encoded.tokens, split_controls=split)
+        return Appended(encoded.tokens, split_controls=split, images=encoded.images)
 
 
 def make_renderer(
     kind: RendererKind, tokenizer: Tokenizer, end_of_turn: list[str] | None = None
 ) -> Renderer:
-    renderers: dict[str, type[Renderer]] = {
-        "continuation": ContinuationRenderer,
-        "chat": ChatRenderer,
-    }
-    if kind not in renderers:
-        raise ValueError(f"unknown renderer {kind!r}; choose one of {sorted(renderers)}")
-    return renderers[kind](tokenizer, end_of_turn)
+    """The renderer of ``kind``, able to show image parts (:mod:`agentenvs.envs.vision`;
+    without one it renders exactly as the plain renderer, and a tokenizer without image
+    tokens refuses an image clearly when one comes)."""
+    from agentenvs.envs.vision.render import vision_renderer
+
+    return vision_renderer(kind, tokenizer, end_of_turn)
 
 
 def _as_messages(observation: str | Message | list[Message]) -> list[Message]:

@@ -31,8 +31,10 @@ import functools
 import re
 import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from agentenvs.envs.types import ImagePlacement
 
 SegmentKind = Literal["markup", "prompt", "world"]
 Segment = tuple[str, SegmentKind]
@@ -46,6 +48,8 @@ class EncodedText:
     tokens: list[int]
     split_controls: int = 0
     """Control-token strings inside environment text that were tokenized as plain text."""
+    images: list[ImagePlacement] = field(default_factory=list)
+    """Images shown in ``tokens`` (offsets into them); only image renderers fill it."""
 
 
 class EnvTextEncoder:

@@ -11,13 +11,20 @@ code written against one drops into the other, with two deliberate differences:
 * The sampler's stop reason travels into :meth:`Env.step` through ``extra``, with
   three values (``stop``, ``eos``, ``length``) so an environment can tell an action
   the model finished from one the sampler cut off.
+* Images ride on the token list, never beside it: an observation that shows
+  images is an :class:`ImageObservation`, a ``list[int]`` whose tokens already hold
+  each image's run of placeholder ids (as many as the model's image processor gives
+  it, counted once when the image was rendered), with an :class:`ImagePlacement`
+  per image saying where its run starts and which pixels it stands for. Code that
+  reads observations as ``list[int]`` keeps working, the prefix property holds for
+  images too, and image positions are observation tokens, so they are never trained.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Literal, Protocol, TypeAlias, TypedDict, runtime_checkable
 
@@ -78,6 +85,76 @@ class ActionExtra(TypedDict, total=False):
     """Side information about an action, passed to :meth:`Env.step`."""
 
     stop_reason: SamplerStopReason
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """An image named by its content, the way records, stores and hand-offs refer to it.
+
+    ``sha256`` is the digest of the decoded pixels (RGB, with the size), not of a file:
+    the same picture has one name whatever format carried it, so a trainer's copy can be
+    checked against the engine's by decoding and hashing, and a store keeps each image
+    once under that name. ``data`` (its PNG bytes) travels with the image in memory and
+    between processes that pickle it; a record names the hash only.
+    """
+
+    sha256: str
+    width: int
+    height: int
+    data: bytes | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ImagePlacement:
+    """Where one image sits in an observation: a run of ``tokens`` placeholder ids
+    (``pad``) starting at ``offset``.
+
+    ``tokens`` is what the model's own image processor makes of the image (for the
+    Qwen-VL family, ``grid`` t*h*w patches merged ``merge_size**2`` to one), computed
+    once when the image was rendered and recorded with ``processor`` (the processor's
+    settings, as text) so nothing downstream recomputes or guesses it: a trainer feeds
+    the same count, and ``agentenvs check`` can re-derive it and compare.
+    """
+
+    offset: int
+    tokens: int
+    pad: int
+    image: ImageRef
+    grid: tuple[int, int, int]
+    processor: str
+
+    def shifted(self, by: int) -> ImagePlacement:
+        """The same image ``by`` tokens further on (its run moved with the tokens)."""
+        return replace(self, offset=self.offset + by)
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.tokens
+
+
+class ImageObservation(list[int]):
+    """An observation that shows images: the token list itself (each image's placeholder
+    run already expanded in it) plus :attr:`images`, one :class:`ImagePlacement` per
+    image in order. Anything that reads observations as ``list[int]`` reads it as one;
+    a policy that can see images reads :func:`observation_images` as well."""
+
+    def __init__(self, tokens: Sequence[int], images: Sequence[ImagePlacement]) -> None:
+        super().__init__(tokens)
+        self.images: tuple[ImagePlacement, ...] = tuple(images)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ImageObservation, (list(self), self.images))
+
+
+def observation_images(observation: Sequence[int]) -> tuple[ImagePlacement, ...]:
+    """The images an observation shows (none for a plain token list)."""
+    return observation.images if isinstance(observation, ImageObservation) else ()
+
+
+def with_images(tokens: Sequence[int], images: Sequence[ImagePlacement]) -> Observation:
+    """``tokens`` as an observation: an :class:`ImageObservation` when it shows images,
+    a plain list otherwise (text environments never see the difference)."""
+    return ImageObservation(tokens, images) if images else list(tokens)
 
 
 @dataclass
@@ -213,6 +290,8 @@ class Transition:
     episode_done: bool
     metrics: Metrics = field(default_factory=dict)
     logs: Logs = field(default_factory=dict)
+    images: tuple[ImagePlacement, ...] = ()
+    """The images ``ob`` shows (its :func:`observation_images`); none for text."""
 
 
 @dataclass

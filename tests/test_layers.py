@@ -47,6 +47,7 @@ ENVIRONMENTS_AND_SERVING = (
     "serving",
     "ors",
     "harbor",
+    "charts",
 )
 FLOOR_NAMES = ("ground", "sandbox", "envs core", "envs environments/serving", "rollout")
 

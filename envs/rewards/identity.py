@@ -188,6 +188,7 @@ _CATALOG: dict[str, str] = {
     "retool": "agentenvs.envs.retool.reward:reward_components",
     "search_r1": "agentenvs.envs.search_r1.reward:reward_components",
     "alfworld": "agentenvs.envs.alfworld.reward:reward_components",
+    "charts": "agentenvs.envs.charts.reward:reward_components",
 }
 """The built-in environments' providers, imported only when a record asks (no import
 side effects decide what is registered)."""

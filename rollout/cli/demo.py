@@ -76,19 +76,23 @@ def run_one(
     group_size: int,
     group_timeout: float,
 ) -> DemoOutcome:
+    from agentenvs.envs.registry import config_class as config_class_of
     from agentenvs.rollout.cli.rollout_run import run_rollout
     from agentenvs.rollout.inspect.viewer import load_records, render_html
+    from agentenvs.rollout.tokenizer import load_tokenizer
 
+    spec = config_class_of(env_name).demo_tokenizer  # an image env needs image tokens
     jsonl = out_dir / f"demo-{env_name}.jsonl"
     html = out_dir / f"demo-{env_name}.html"
     jsonl.unlink(missing_ok=True)  # a demo shows a fresh run, it does not resume one
     started = time.monotonic()
     try:
+        tokenizer = tokenizer if spec == "builtin" else load_tokenizer(spec)
         run = run_rollout(
             env_name,
             config_overrides=demo_overrides(env_name),
             tokenizer=tokenizer,
-            tokenizer_spec="builtin",
+            tokenizer_spec=spec,
             policy_name="scripted",
             groups=groups,
             group_size=group_size,
@@ -106,7 +110,7 @@ def run_one(
         )
     records = load_records(jsonl)
     html.write_text(
-        render_html(records, tokenizer, source=str(jsonl), tokenizer_name="builtin"),
+        render_html(records, tokenizer, source=str(jsonl), tokenizer_name=spec),
         encoding="utf-8",
     )
     failed = run.result.failed

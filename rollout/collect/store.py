@@ -25,6 +25,7 @@ whole file at every step.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import fcntl
 import json
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol, TypeVar
 
 from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.rollout.collect.image_files import group_images, save_group_images
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.run_identity import ResumeFacts, RunIdentity
 from agentenvs.rollout.collect.store_commit import GroupCommitter
@@ -370,6 +372,7 @@ class TrajectoryStore:
         try:
             if self.path.parent != Path():
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+            save_group_images(self.path, record.group)  # before the line that names them
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as err:
             raise _naming(err, self.path, "cannot open the trajectory store") from None
@@ -393,6 +396,8 @@ class TrajectoryStore:
         line is on disk, never before: the same promise, kept per record."""
         line = (json.dumps(record.to_json(), separators=(",", ":")) + "\n").encode()
         try:
+            if group_images(record.group):  # images go on disk before the line naming them
+                await asyncio.to_thread(save_group_images, self.path, record.group)
             await self._committer.commit(line, record)
         except OSError as err:
             raise _naming(err, self.path, "cannot write to the trajectory store") from None

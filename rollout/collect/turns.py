@@ -24,10 +24,19 @@ from agentenvs.envs.types import (
     TokensWithLogprobs,
     Trajectory,
     Transition,
+    observation_images,
     stop_reason_from_metrics,
 )
+from agentenvs.envs.wire import placements_digest
 from agentenvs.rollout.collect.env_code import env_call
-from agentenvs.rollout.policies.base import Policy, PolicyError, TurnSlot, current_turn, turn_logs
+from agentenvs.rollout.policies.base import (
+    Policy,
+    PolicyError,
+    SeesImages,
+    TurnSlot,
+    current_turn,
+    turn_logs,
+)
 
 _SAMPLER_STOPS = frozenset(get_args(SamplerStopReason))
 
@@ -77,6 +86,12 @@ async def sample_action(
     """The policy's checked action for this turn, sampled with ``slot`` as the current
     turn (seeded samplers and replay read it) and at most ``max_tokens`` tokens (the
     env's cap for this turn: :func:`action_token_cap`)."""
+    shown = observation_images(observation)
+    if shown and not (isinstance(policy, SeesImages) and policy.sees_images()):
+        raise PolicyError(
+            f"the observation shows {len(shown)} image(s) but {type(policy).__name__} "
+            "cannot see images (a vision policy declares sees_images())"
+        )
     token = current_turn.set(slot)
     try:
         output = await policy(observation, stop, max_tokens=max_tokens)
@@ -96,13 +111,16 @@ async def play_action(
     step = await env_call(
         env.step(action.tokens, extra={"stop_reason": action.stop_reason}), env, "step"
     )
+    shown = observation_images(observation)
+    seen = {"images_seen": placements_digest(shown)} if shown else {}
     transition = Transition(
         ob=list(observation),
         ac=action,
         reward=step.reward,
         episode_done=step.episode_done,
         metrics=dict(step.metrics),
-        logs={**step.logs, **turn_logs(action)},
+        logs={**step.logs, **turn_logs(action), **seen},
+        images=shown,
     )
     return transition, step
 

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentenvs.envs.types import Trajectory, TrajectoryGroup
+from agentenvs.envs.types import ImagePlacement, Trajectory, TrajectoryGroup
 
 PARSE_ERROR_MASKED_METRIC = "parse_error_masked"
 """Transition metric (same key as the Tinker cookbook) that excludes an action from the loss."""
@@ -90,6 +90,9 @@ class TrainingSample:
     :func:`~agentenvs.rollout.data.training_data.samples_from_records` from a store that
     has it and carried by the JSONL hand-off, so ``agentenvs check`` can check the
     hand-off without its store. None: not recorded."""
+    images: list[ImagePlacement] = field(default_factory=list)
+    """The images ``tokens`` shows, offsets into it (each a run of placeholder ids with
+    its recorded count and pixel hash); always masked out of the loss, never trained."""
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -126,6 +129,7 @@ def trajectory_to_samples(
     has_logprobs = True
     prompt_length = -1
     anchors: list[str] = []
+    images: tuple[ImagePlacement, ...] = ()
 
     def close() -> None:
         samples.append(
@@ -142,15 +146,17 @@ def trajectory_to_samples(
                 prompt_length=len(tokens) if prompt_length < 0 else prompt_length,
                 advantage=advantage,
                 anchor_keys=anchors if any(anchors) else [],
+                images=list(images),
             )
         )
 
     for transition in traj.transitions:
         ob = transition.ob
         n = len(tokens)
+        shown = transition.images
         if n == 0:
             delta = ob
-        elif len(ob) >= n and ob[:n] == tokens:
+        elif len(ob) >= n and ob[:n] == tokens and _same_images(shown, images, n):
             delta = ob[n:]
         else:
             close()
@@ -158,6 +164,7 @@ def trajectory_to_samples(
             has_logprobs, prompt_length, anchors = True, -1, []
             n, delta = 0, ob
         anchors.append(str(transition.logs.get("anchor_key", "")))
+        images = shown
 
         action = transition.ac
         action_tokens = action.tokens
@@ -194,6 +201,16 @@ def trajectory_to_samples(
     if tokens:
         close()
     return samples
+
+
+def _same_images(
+    shown: tuple[ImagePlacement, ...], before: tuple[ImagePlacement, ...], n: int
+) -> bool:
+    """Whether an observation whose tokens extend the sample also shows the same images
+    in that prefix: identical placeholder ids over other pixels are another context."""
+    if not shown and not before:
+        return True
+    return tuple(p for p in shown if p.offset < n) == before
 
 
 def spread_step_advantages(

@@ -20,6 +20,7 @@ from agentenvs.envs.tokenizing import EnvTextEncoder
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.data.samples import TrainingSample, trajectory_to_samples
 from agentenvs.rollout.inspect.findings import Check, CheckReport, Finding, Status
+from agentenvs.rollout.inspect.image_checks import check_images, sample_image_findings
 from agentenvs.rollout.inspect.record_checks import (
     check_collected,
     check_duplicates,
@@ -396,6 +397,7 @@ def check_records(
     report.findings += check_segments(ok)  # gateway captures only (inspect/segment_checks.py)
     # tool environments only; ``max_tool_parse_failures`` is the share allowed to fail
     report.findings += check_tools(ok, tokenizer, max_parse_failures=max_tool_parse_failures)
+    report.findings += check_images(ok, source or None)  # image runs only (inspect/image_checks.py)
 
     report.findings += check_split_points(ok, tokenizer)
     if tokenizer is None:
@@ -544,7 +546,7 @@ def check_file(
         samples.append(sample_from_json(line, strict=False))
         extras.append(line.get("extra") or {})
     store = read_store(reference).latest() if reference is not None else None
-    return check_samples(
+    report = check_samples(
         samples,
         extras,
         source=str(path),
@@ -553,3 +555,5 @@ def check_file(
         text_trainer=text_trainer,
         rescorer=rescorer,
     )
+    report.findings += sample_image_findings(samples, reference, store)  # images only
+    return report

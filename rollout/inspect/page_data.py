@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentenvs.rollout.collect.records import GroupRecord
+from agentenvs.rollout.inspect.images_page import image_sources
 from agentenvs.rollout.inspect.tool_checks import describe_counts, episode_tool_counts
 from agentenvs.rollout.inspect.tree_page import tree_data
 from agentenvs.rollout.inspect.viewer import (
@@ -59,7 +60,7 @@ def _round(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, 4)
 
 
-def span_data(span: Span) -> dict[str, Any]:
+def span_data(span: Span, images: _Shared | None = None) -> dict[str, Any]:
     decoded = span.decoded
     data: dict[str, Any] = {
         "k": _KIND_CODES[span.kind],
@@ -77,10 +78,14 @@ def span_data(span: Span) -> dict[str, Any]:
         data["lp"] = [_round(lp) for lp in decoded.logprobs]
     if decoded.special:
         data["sp"] = decoded.special
+    if span.images and images is not None:  # drawn inline at their turn (images_page.py)
+        data["img"] = [[start, count, images.ref(sha)] for start, count, sha in span.images]
     return data
 
 
-def trajectory_data(traj: TrajectoryView, advantage: float | None) -> dict[str, Any]:
+def trajectory_data(
+    traj: TrajectoryView, advantage: float | None, images: _Shared | None = None
+) -> dict[str, Any]:
     return {
         "reward": _number(traj.total_reward),
         "step": _number(traj.step_reward),
@@ -103,7 +108,7 @@ def trajectory_data(traj: TrajectoryView, advantage: float | None) -> dict[str, 
             ]
             for row in traj.turns
         ],
-        "spans": [span_data(s) for s in traj.spans],
+        "spans": [span_data(s, images) for s in traj.spans],
     }
 
 
@@ -139,7 +144,13 @@ class _Shared:
         return self._index[key]
 
 
-def group_data(tokenizer: Any, record: GroupRecord, index: int, shared: _Shared) -> dict[str, Any]:
+def group_data(
+    tokenizer: Any,
+    record: GroupRecord,
+    index: int,
+    shared: _Shared,
+    images: _Shared | None = None,
+) -> dict[str, Any]:
     view = group_view(tokenizer, record, index)
     advantages = record.extra.get("advantages")
     if not isinstance(advantages, list) or len(advantages) != len(view.trajectories):
@@ -165,7 +176,7 @@ def group_data(tokenizer: Any, record: GroupRecord, index: int, shared: _Shared)
         "config": shared.ref(record.env_config),
         "extra": shared.ref(extra),
         "trajs": [
-            {**trajectory_data(t, a), "tools": _tools(record, t.index)}
+            {**trajectory_data(t, a, images), "tools": _tools(record, t.index)}
             for t, a in zip(view.trajectories, advantages, strict=True)
         ],
         "tree": tree_data(record),
@@ -188,9 +199,9 @@ def page_data(
     selected: Sequence[tuple[int, GroupRecord]] | None = None,
 ) -> dict[str, Any]:
     """Everything the page shows. ``selected`` limits the groups carried (``--group``)."""
-    shared = _Shared()
+    shared, images = _Shared(), _Shared()
     chosen = list(enumerate(records)) if selected is None else list(selected)
-    groups = [group_data(tokenizer, record, index, shared) for index, record in chosen]
+    groups = [group_data(tokenizer, record, index, shared, images) for index, record in chosen]
     summary = overview(list(records))
     return {
         "source": source,
@@ -199,6 +210,7 @@ def page_data(
         "eot": end_of_turn([record for _, record in chosen], tokenizer).note(),
         "groups": groups,
         "shared": shared.items,
+        **({"images": image_sources(images.items, source)} if images.items else {}),
     }
 
 

@@ -345,10 +345,17 @@
         seg.classList.add("folded");
         pre.appendChild(foldToggle(seg, lines, span.ids.length));
       }
-      var start = 0, token = 0, special = {};
+      var start = 0, token = 0, special = {}, pictures = {}, skipTo = -1;
       (span.sp || []).forEach(function (i) { special[i] = true; });
+      (span.img || []).forEach(function (m) { pictures[m[0]] = m; });
       span.e.forEach(function (end, i) {
         var count = span.n ? span.n[i] : 1;
+        if (pictures[token] || token < skipTo) {  // an image: drawn once where its run starts
+          if (pictures[token]) { seg.appendChild(picture(pictures[token])); skipTo = token + pictures[token][1]; }
+          start = end;
+          token += count;
+          return;
+        }
         var piece = el("span", { text: span.t.slice(start, end) });
         piece.dataset.first = String(token);
         piece.dataset.count = String(count);
@@ -379,6 +386,12 @@
       piece.title = lines.join("\n");
     });
     return pre;
+  }
+
+  function picture(m) {
+    var image = (DATA.images || [])[m[2]] || {}, label = m[1] + " image tokens, pixels " + String(image.sha256).slice(0, 12);
+    if (!image.src) return el("span", { cls: "obs-image missing", text: "[image not stored: " + label + "]" });
+    return el("img", { cls: "obs-image", src: image.src, alt: label, title: label });
   }
 
   function turnTable(t) {

@@ -70,6 +70,8 @@ class Span:
     turn: int | None = None
     restart: bool = False
     """The context was rebuilt here: the template could not extend the conversation."""
+    images: list[tuple[int, int, str]] = field(default_factory=list)
+    """Images the span shows: (first token in the span, placeholder count, pixel hash)."""
 
     @property
     def pieces(self) -> list[Piece]:
@@ -145,7 +147,10 @@ def trajectory_view(
             samples += 1
         if new:
             kind: SpanKind = "prompt" if turn == 0 or restart else "env"
-            spans.append(Span(kind, decode_span(tokenizer, new), turn, restart))
+            start = n if extends else 0
+            shown = [(p.offset - start, p.tokens, p.image.sha256) for p in tr.images
+                     if p.offset >= start]  # fmt: skip
+            spans.append(Span(kind, decode_span(tokenizer, new), turn, restart, shown))
         action = tr.ac.tokens
         logprobs = tr.ac.logprobs if tr.ac.logprobs is not None else [None] * len(action)
         if len(logprobs) != len(action):  # a broken record: show tokens, drop logprobs

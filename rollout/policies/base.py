@@ -18,6 +18,9 @@ declared here so a policy author can see it and a type checker can check it:
 * :class:`GatedPolicy` (``gate``): a :class:`SwapGate` a weight sync closes while
   it swaps, so no request is labelled with weights that did not serve it.
 * :class:`ClosablePolicy` (``aclose()``): resources (an HTTP client) to release.
+* :class:`SeesImages` (``sees_images()``): reads the images of an
+  :class:`~agentenvs.envs.types.ImageObservation`; the collector refuses to send one
+  to a policy that would read only its tokens.
 
 A policy that answers with :class:`StampedTokens` gets its stamp recorded per turn.
 """
@@ -128,6 +131,17 @@ class ClosablePolicy(Protocol):
     """Holds resources (an HTTP client) that whoever made it releases at the end."""
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class SeesImages(Protocol):
+    """Reads an observation's images (:func:`~agentenvs.envs.types.observation_images`)
+    along with its tokens: a vision model's policy, or one that answers from the env
+    itself (scripted, replay). ``False`` when this instance cannot (a text-only model
+    behind a policy class that can serve both). A policy that does not declare it is
+    never sent an observation with images: it would answer a context it never saw."""
+
+    def sees_images(self) -> bool: ...
 
 
 class PolicyError(AgentEnvsError, RuntimeError):

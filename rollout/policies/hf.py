@@ -85,10 +85,10 @@ class HFSampler:
             if limit <= 0:
                 return TokensWithLogprobs([], [], "length")
             ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
-            out = self.model(input_ids=ids, use_cache=True)
+            out = self._prefill(prompt, ids)
             while True:
                 logits = out.logits[0, -1].float()
-                token, logprob = _pick(logits, temperature, top_p, generator)
+                token, logprob = _pick(logits, temperature, top_p, generator, self.never_sample)
                 tokens.append(token)
                 logprobs.append(logprob)
                 if token in self.eos_token_ids:
@@ -102,10 +102,24 @@ class HFSampler:
                 if cancel is not None and cancel.is_set():
                     raise PolicyError("generation cancelled")
                 step = torch.tensor([[token]], dtype=torch.long, device=self.device)
-                out = self.model(
-                    input_ids=step, past_key_values=out.past_key_values, use_cache=True
-                )
-        return TokensWithLogprobs(tokens, logprobs, reason)
+                out = self._decode(step, out.past_key_values)
+        return self._answer(prompt, TokensWithLogprobs(tokens, logprobs, reason))
+
+    # What a vision sampler (``vision_hf.py``) extends: the forward passes and the answer.
+    never_sample: frozenset[int] = frozenset()
+    """Ids never sampled (a VLM's image markup); their logprobs are still reported raw."""
+
+    def _prefill(self, prompt: list[int], ids: Any) -> Any:
+        return self.model(input_ids=ids, use_cache=True)
+
+    def _decode(self, step: Any, past: Any) -> Any:
+        return self.model(input_ids=step, past_key_values=past, use_cache=True)
+
+    def _answer(self, prompt: list[int], out: TokensWithLogprobs) -> TokensWithLogprobs:
+        return out
+
+    def sees_images(self) -> bool:
+        return False
 
     def _completes_stop_string(self, tokens: list[int], stop_strings: list[str]) -> bool:
         """Whether the text of the generated tokens now contains a stop string.
@@ -121,15 +135,25 @@ class HFSampler:
         return any(s in text for s in stop_strings)
 
 
-def _pick(logits: Any, temperature: float, top_p: float, generator: Any) -> tuple[int, float]:
+def _pick(
+    logits: Any,
+    temperature: float,
+    top_p: float,
+    generator: Any,
+    never: frozenset[int] = frozenset(),
+) -> tuple[int, float]:
     import torch
 
+    banned = torch.tensor(sorted(never), dtype=torch.long) if never else None
     if temperature <= 0:
         logprobs = torch.log_softmax(logits, dim=-1)
-        token = int(torch.argmax(logits))
+        chosen = logits if banned is None else logits.index_fill(0, banned, float("-inf"))
+        token = int(torch.argmax(chosen))
         return token, float(logprobs[token])
     logprobs = torch.log_softmax(logits / temperature, dim=-1)
     probs = logprobs.exp()
+    if banned is not None:
+        probs = probs.index_fill(0, banned, 0.0)
     if top_p < 1.0:
         sorted_probs, order = torch.sort(probs, descending=True)
         before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
@@ -185,7 +209,9 @@ class HFPolicy:
 
             tokenizer = load_tokenizer(str(tokenizer))
         model.eval()
-        self.sampler = HFSampler(model, tokenizer, eos_token_ids=eos_token_ids, device=device)
+        from agentenvs.rollout.policies.vision_hf import sampler_for
+
+        self.sampler = sampler_for(model, tokenizer, eos_token_ids=eos_token_ids, device=device)
         self.temperature = temperature
         self.top_p = top_p
         self.max_tokens = max_tokens
@@ -204,7 +230,7 @@ class HFPolicy:
         try:
             return await asyncio.to_thread(
                 self.sampler.generate,
-                list(observation),
+                observation,  # as given: an ImageObservation keeps its images
                 stop=stop,
                 max_tokens=cap,
                 temperature=self.temperature,
@@ -215,6 +241,10 @@ class HFPolicy:
         except asyncio.CancelledError:
             cancel.set()  # the worker thread stops at its next token and frees the model
             raise
+
+    def sees_images(self) -> bool:
+        """A vision-language model's sampler reads the images (``vision_hf.py``)."""
+        return self.sampler.sees_images()
 
     def provenance(self) -> dict[str, Any]:
         return {
@@ -237,7 +267,11 @@ def _load_model(path: str, dtype: str, device: str) -> Any:
         raise ValueError(f"unknown dtype {dtype!r} (try float32, bfloat16, float16)")
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-    except (OSError, ValueError) as err:
+    except ValueError as text_only:  # a vision-language checkpoint is not a causal LM class
+        from agentenvs.rollout.policies.vision_hf import load_vision_model
+
+        model = load_vision_model(path, torch_dtype, text_only)
+    except OSError as err:
         raise ValueError(f"cannot load a causal LM from {path!r}: {err}") from err
     return model.to(device)
 

@@ -63,7 +63,12 @@ from typing import Any, Literal
 
 import httpx
 
-from agentenvs.envs.types import SamplerStopReason, StopCondition, TokensWithLogprobs
+from agentenvs.envs.types import (
+    SamplerStopReason,
+    StopCondition,
+    TokensWithLogprobs,
+    observation_images,
+)
 from agentenvs.envs.weights_identity import WeightsIdentity
 from agentenvs.rollout.policies.base import (
     PolicyError,
@@ -75,6 +80,7 @@ from agentenvs.rollout.policies.base import (
 )
 from agentenvs.rollout.policies.request_trace import RequestSpan, RequestTrace
 from agentenvs.rollout.policies.stop import split_stop
+from agentenvs.rollout.policies.vision_generate import sample_with_images
 from agentenvs.rollout.weights.custody import PROVEN, WeightsCustody
 from agentenvs.rollout.weights.gate import SwapGate
 from agentenvs.rollout.weights.instances import ServerInstances
@@ -239,7 +245,9 @@ class OpenAICompatPolicy:
                     )
                 losses = self.custody.losses
                 sent = time.perf_counter()
-                if self.api == "vllm":
+                if self.api == "vllm" and observation_images(observation):
+                    body, out = await sample_with_images(self, client, observation, stop, cap, seed)
+                elif self.api == "vllm":
                     body = self._vllm_body(observation, stop, cap, seed)
                     body["model"] = self.served_model()
                     out = self._parse_vllm(await self._post(client, "/v1/completions", body))
@@ -261,6 +269,8 @@ class OpenAICompatPolicy:
             stamp["weights_version"] = weights.version
         if seed is not None:
             stamp["seed"] = seed
+        if isinstance(out, StampedTokens):  # what the engine was given (images)
+            stamp.update(out.stamp)
         return StampedTokens(out.tokens, out.logprobs, out.stop_reason, stamp=stamp)
 
     def _trace(
@@ -304,6 +314,13 @@ class OpenAICompatPolicy:
                 f"it was sent to ({now.failed})"
             )
         return now if now.version == stamped.version else stamped
+
+    never_sample: frozenset[int] = frozenset()
+    """Ids a turn with images keeps out of sampling (set to the image markup ids)."""
+
+    def sees_images(self) -> bool:
+        """vLLM's ``/inference/v1/generate`` takes images (``vision_generate.py``)."""
+        return self.api == "vllm"
 
     def request_seed(self) -> int | None:
         """This request's seed: derived per turn inside a rollout, ``seed`` outside one."""

@@ -80,6 +80,10 @@ class ReplayEnvPolicy:
         self.source = source
         self.turn = 0
 
+    def sees_images(self) -> bool:
+        """It replays recorded tokens; the images are the env's, as recorded."""
+        return True
+
     async def __call__(
         self, observation: list[int], stop: StopCondition, *, max_tokens: int | None = None
     ) -> TokensWithLogprobs:

@@ -39,6 +39,10 @@ class ScriptedEnvPolicy:
         self.env = env
         self.variant = variant
 
+    def sees_images(self) -> bool:
+        """The env's own oracle answers: whatever images it shows are its own."""
+        return True
+
     async def __call__(
         self, observation: list[int], stop: StopCondition, *, max_tokens: int | None = None
     ) -> TokensWithLogprobs:

@@ -277,6 +277,18 @@ def _probe_chromium() -> str | None:
     return "no chromium or chromium-browser on PATH"
 
 
+def _probe_vllm_vision() -> str | None:
+    """vLLM's Qwen-VL code needs torchvision; the CPU torch here has none that loads."""
+    python = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
+    if not python.exists():
+        return f"no vLLM venv at {python.parent.parent}"
+    code = "import torch, torchvision; torch.ops.torchvision.nms"
+    run = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120)
+    if run.returncode == 0:
+        return None
+    return (run.stderr.strip().splitlines() or ["torchvision does not import"])[-1][:200]
+
+
 CONDITIONS: dict[str, Condition] = {
     c.name: c
     for c in (
@@ -330,6 +342,12 @@ CONDITIONS: dict[str, Condition] = {
             "(this kernel's memory and pids controllers may be held by cgroup v1): apt-get "
             "install user-mode-linux e2fsprogs (`make system-packages` does, as root)",
             _probe_user_mode_linux,
+        ),
+        Condition(
+            "vllm-vision",
+            "the vLLM venv has no working torchvision, which vLLM's Qwen-VL models import "
+            "(PyPI's torchvision for torch 2.13 is CUDA-linked; a CPU build of it is needed)",
+            _probe_vllm_vision,
         ),
         Condition(
             "chromium",

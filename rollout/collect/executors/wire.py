@@ -50,7 +50,7 @@ def pack_group(group: TrajectoryGroup) -> dict[str, Any]:
     """A finished group in a form that pickles as a few buffers per trajectory."""
     trajectories = []
     for traj in group.trajectories:
-        data = trajectory_to_json(traj)
+        data = trajectory_to_json(traj, image_bytes=True)  # pixels travel with the group
         for item in data["transitions"]:
             for name in _TOKEN_FIELDS:
                 item[name] = token_array(item[name])

@@ -4,7 +4,9 @@ For trainers this library does not know: every field of :class:`TrainingSample`
 is written as-is (unshifted, unpadded), so any loader can rebuild what it needs.
 ``extra`` (for example :func:`agentenvs.rollout.data.advantages.estimator_info`) is
 copied into every line under ``"extra"`` so a line is self-describing; the reader
-leaves it aside.
+leaves it aside. A sample that shows images lists them under ``"images"`` by reference
+(offset, placeholder count, pixel hash, size, grid, processor); the pixels are the
+store's files (``rollout/collect/image_files.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from agentenvs.envs.wire import placement_from_json, placement_to_json
 from agentenvs.rollout.data.samples import TrainingSample
 
 FIELDS = (
@@ -39,6 +42,8 @@ def sample_to_json(
         line["anchor_keys"] = list(sample.anchor_keys)
     if sample.collected:  # what was collected, so `agentenvs check` needs no store
         line["collected"] = sample.collected
+    if sample.images:  # by reference: the pixels stay beside the store, named by hash
+        line["images"] = [placement_to_json(p) for p in sample.images]
     if extra:
         line["extra"] = dict(extra)
     return line
@@ -65,6 +70,7 @@ def sample_from_json(line: Mapping[str, Any], *, strict: bool = True) -> Trainin
         advantage=float(line.get("advantage", 0.0)),
         anchor_keys=[str(key) for key in line.get("anchor_keys", [])],
         collected=line.get("collected"),
+        images=[placement_from_json(p) for p in line.get("images", [])],
     )
 
 

