@@ -198,31 +198,67 @@ def check_samples_against_store(
     samples: Sequence[TrainingSample],
     records: Sequence[GroupRecord],
     estimator: dict[str, Any] | None = None,
-) -> Finding:
+) -> list[Finding]:
     """Every sample of a hand-off is the store's: same tokens, mask 1 exactly on sampled
     ones, the sampler's logprobs, the trajectory's reward, and its stored advantage
-    when the hand-off names the store's ``estimator``.
+    when the hand-off names the store's ``estimator``; and every sample the store
+    trains on is in the hand-off (coverage both ways).
 
     The store knows which tokens were sampled (each transition's action), so this
     decides what a logprob value cannot; it holds the rewards, so rewards moved
-    between trajectories (with their advantages) show here.
+    between trajectories (with their advantages) show here; it holds every group, so
+    a group a converter dropped shows here.
     """
     derived = _store_samples(records, estimator)
     for s in samples:
         want = derived.get((s.group_index, s.traj_index, s.sample_index))
         if want is None:
-            return Finding(
-                Check.FIXED_TRAJECTORY, "fail", "a sample the store does not hold", _sample_where(s)
-            )
+            return [
+                Finding(
+                    Check.FIXED_TRAJECTORY, "fail", "a sample the store does not hold", _sample_where(s)
+                )
+            ]  # fmt: skip
         problem = _against(s, want)
         if problem is not None:
             pos, detail = problem
             check = Check.FIXED_TRAJECTORY if pos is not None else Check.LOSS_INPUTS
-            return Finding(check, "fail", detail, _sample_where(s, pos))
+            return [Finding(check, "fail", detail, _sample_where(s, pos))]
+    return [
+        Finding(
+            Check.FIXED_TRAJECTORY,
+            "pass",
+            f"{len(samples)} samples match the store's tokens, masks, logprobs, rewards and "
+            "advantages",
+        ),
+        check_coverage(samples, derived, records),
+    ]
+
+
+def check_coverage(
+    samples: Sequence[TrainingSample],
+    derived: dict[tuple[int, int, int], TrainingSample],
+    records: Sequence[GroupRecord],
+) -> Finding:
+    """Every sample the store trains on (one with a token in the loss) is in the
+    hand-off: a group, trajectory or sample lost on the way is named by its store key."""
+    present = {(s.group_index, s.traj_index, s.sample_index) for s in samples}
+    trained = [slot for slot, want in derived.items() if 1 in want.loss_mask]
+    missing = [slot for slot in trained if slot not in present]
+    if missing:
+        keys = [r.key for r in records if r.status == "ok" and r.group is not None]
+        g, t, n = missing[0]
+        groups = len({slot[0] for slot in missing})
+        return Finding(
+            Check.FIXED_TRAJECTORY,
+            "fail",
+            f"{len(missing)} trained samples of the store ({groups} groups) are not in the "
+            "hand-off: dropped on the way to the trainer",
+            f"group {keys[g] if g < len(keys) else g} traj {t} sample {n}",
+        )
     return Finding(
         Check.FIXED_TRAJECTORY,
         "pass",
-        f"{len(samples)} samples match the store's tokens, masks, logprobs, rewards and advantages",
+        f"coverage: all {len(trained)} trained samples of the store are in the hand-off",
     )
 
 

@@ -124,7 +124,7 @@ def test_a_group_without_weights_version_fails_under_a_staleness_bound(runs, tmp
     bad = write_lines(lines, tmp_path / "unversioned.jsonl")
     bounded = check_file(bad, tokenizer=tok, current_version=0, max_staleness=1)
     failed = [f for f in bounded.by_check(Check.COMPLETION_BOUNDARIES) if f.status == "fail"]
-    assert failed and failed[0].where == f"first: group {lines[1]['key']}", failed
+    assert failed and failed[0].where == f"first: group {lines[1]['key']} traj 0", failed
     unbounded = check_file(bad, tokenizer=tok, current_version=0)
     assert unbounded.ok and unbounded.status(Check.COMPLETION_BOUNDARIES) == "warn"
 

@@ -1,0 +1,58 @@
+"""Decode and encode for the checks, straight on the ``tokenizers`` backend.
+
+``check`` decodes every sampled span and re-encodes samples; through transformers'
+``decode``/``encode`` a third of that time went to converting arguments
+(``to_py_obj`` walks every id) before the Rust backend was reached. A fast tokenizer
+(transformers' ``PreTrainedTokenizerFast``, the built-in ``ChatMLTokenizer``, the
+check's own cached loader) exposes that backend as ``backend_tokenizer``; this codec
+calls it directly, in batches, with the same result: transformers' fast ``decode``
+is the backend's decode plus an optional clean-up of spaces, which a tokenizer that
+asks for it still gets from its own method.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+_CODECS: weakref.WeakKeyDictionary[Any, Codec] = weakref.WeakKeyDictionary()
+
+
+class Codec:
+    """Token ids <-> text under one tokenizer, as ``check`` needs them."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        backend = getattr(tokenizer, "backend_tokenizer", None)  # fast tokenizers only
+        cleans = bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
+        self.backend = None if cleans else backend
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> Codec:
+        """One codec per tokenizer (kept while the tokenizer lives)."""
+        try:
+            found = _CODECS.get(tokenizer)
+        except TypeError:  # not weak-referenceable
+            return cls(tokenizer)
+        if found is None:
+            found = _CODECS[tokenizer] = cls(tokenizer)
+        return found
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ``ids``, special tokens kept."""
+        if self.backend is not None:
+            return str(self.backend.decode(list(ids), skip_special_tokens=False))
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    def decode_batch(self, batch: Sequence[Sequence[int]]) -> list[str]:
+        if self.backend is not None:
+            return list(self.backend.decode_batch([list(b) for b in batch], False))
+        return [self.decode(ids) for ids in batch]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids of each text, no special tokens added around it."""
+        if self.backend is not None:
+            encoded = self.backend.encode_batch(list(texts), add_special_tokens=False)
+            return [list(e.ids) for e in encoded]
+        return [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
