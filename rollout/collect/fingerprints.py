@@ -25,12 +25,15 @@ from agentenvs.envs.types import Trajectory, TrajectoryGroup
 from agentenvs.rollout.data.samples import PARSE_ERROR_MASKED_METRIC
 
 FINGERPRINT_VERSION = 2
-"""2 adds each turn's sampler stop and done flag and each trajectory's end (``end``)."""
+"""2 adds each turn's sampler stop and done flag, a float32 digest of its action, and
+each trajectory's end (``end``)."""
 READABLE_FINGERPRINTS = (1, FINGERPRINT_VERSION)
 """Versions ``agentenvs check`` compares (a version-1 record has no stop, done or end)."""
 
 KEPT, ADDED, OB_DIGEST, ACTION_LENGTH, ACTION_DIGEST, REWARD, TRAINED, STOP, DONE = range(9)
-"""Fields of one turn's fingerprint, in order (``STOP`` and ``DONE`` from version 2)."""
+ACTION_DIGEST32 = 9
+"""Fields of one turn's fingerprint, in order (``STOP``, ``DONE`` and ``ACTION_DIGEST32``
+from version 2)."""
 
 
 def digest_ids(tokens: Sequence[int]) -> str:
@@ -44,6 +47,14 @@ def digest_action(tokens: Sequence[int], logprobs: Sequence[float] | None) -> st
     return h.hexdigest()[:16]
 
 
+def digest_action32(tokens: Sequence[int], logprobs: Sequence[float] | None) -> str:
+    """:func:`digest_action` with the logprobs rounded to float32: what a hand-off that
+    holds them at float32 (a verl batch, Tinker datums) is compared with."""
+    h = hashlib.sha256(array("q", tokens).tobytes())
+    h.update(b"|" if logprobs is None else array("f", [float(x) for x in logprobs]).tobytes())
+    return h.hexdigest()[:16]
+
+
 def observation_split(context: Sequence[int], ob: Sequence[int]) -> int:
     """How many leading tokens of ``ob`` are the previous context (0 after a break):
     the rule the store's delta encoding and the sample cutter both use."""
@@ -53,9 +64,9 @@ def observation_split(context: Sequence[int], ob: Sequence[int]) -> int:
 
 def turn_fingerprints(traj: Trajectory) -> tuple[int, list[list[Any]]]:
     """``(samples, turns)``: each turn as ``[kept, added, digest of added, action
-    length, digest of action, reward, trained, sampler stop, done]`` (``trained``: 0
-    for an action the loss leaves out, ``parse_error_masked``; ``done``: 1 on the step
-    that ended the episode)."""
+    length, digest of action, reward, trained, sampler stop, done, float32 digest of
+    action]`` (``trained``: 0 for an action the loss leaves out,
+    ``parse_error_masked``; ``done``: 1 on the step that ended the episode)."""
     turns: list[list[Any]] = []
     context: list[int] = []
     samples = 0
@@ -75,6 +86,7 @@ def turn_fingerprints(traj: Trajectory) -> tuple[int, list[list[Any]]]:
                 int(float(tr.metrics.get(PARSE_ERROR_MASKED_METRIC, 0.0)) < 1.0),
                 str(tr.ac.stop_reason),
                 int(bool(tr.episode_done)),
+                digest_action32(tr.ac.tokens, tr.ac.logprobs),
             ]
         )
         context = list(tr.ob) + list(tr.ac.tokens)

@@ -197,9 +197,11 @@ def _sample_stop_problem(
 
 def check_sample_stops(samples: Sequence[TrainingSample], tokenizer: Any = None) -> Finding:
     """Hand-off samples with their collection record: turns stop as their last token
-    says, no turn follows the end, and each trajectory's last sample ends it."""
+    says, no turn follows the end (in its sample or in a later sample of the
+    trajectory), and each trajectory's last sample ends it."""
     tokens = StopTokens(tokenizer) if tokenizer is not None else None
     last: dict[tuple[int, int], TrainingSample] = {}
+    ended: dict[tuple[int, int], int] = {}
     checked = 0
     for s in samples:
         if not s.collected:
@@ -208,27 +210,38 @@ def check_sample_stops(samples: Sequence[TrainingSample], tokenizer: Any = None)
         problem = _sample_stop_problem(s, tokens)
         if problem is not None:
             pos, why = problem
-            head = f"group {s.group_index} traj {s.traj_index} sample {s.sample_index}"
-            where = head if pos is None else f"{head} token {pos}"
-            return Finding(Check.FIXED_TRAJECTORY, "fail", why, where)
+            return Finding(Check.FIXED_TRAJECTORY, "fail", why, _where(s, pos))
         slot = (s.group_index, s.traj_index)
         if slot not in last or last[slot].sample_index < s.sample_index:
             last[slot] = s
-    for s in last.values():
-        turns = (s.collected or {}).get("turns") or []
-        if turns and len(turns[-1]) > DONE and not turns[-1][DONE] and s.collected.get("end"):  # type: ignore[union-attr]
-            where = f"group {s.group_index} traj {s.traj_index} sample {s.sample_index}"
+        turns = s.collected.get("turns") or []
+        if turns and len(turns[-1]) > DONE and turns[-1][DONE]:
+            ended[slot] = min(ended.get(slot, s.sample_index), s.sample_index)
+    for slot, s in last.items():
+        if slot in ended and ended[slot] < s.sample_index:
             why = (
-                f"the trajectory ended ({s.collected['end']}) but its last sample's last turn "  # type: ignore[index]
-                "is not the ending step: turns after it are missing"
+                f"sample {s.sample_index} follows sample {ended[slot]}, which ended the "
+                "episode: turns appended after the end"
             )
-            return Finding(Check.FIXED_TRAJECTORY, "fail", why, where)
+            return Finding(Check.FIXED_TRAJECTORY, "fail", why, _where(s, None))
+        collected = s.collected or {}
+        turns = collected.get("turns") or []
+        if turns and len(turns[-1]) > DONE and not turns[-1][DONE] and collected.get("end"):
+            why = (
+                f"the trajectory ended ({collected['end']}) but its last sample's last turn is "
+                "not the ending step: turns after it are missing"
+            )
+            return Finding(Check.FIXED_TRAJECTORY, "fail", why, _where(s, None))
     if not checked:
-        return Finding(
-            Check.FIXED_TRAJECTORY, "skip", "stops and ends: no sample carries its record"
-        )
+        detail = "stops and ends: no sample carries its record"
+        return Finding(Check.FIXED_TRAJECTORY, "skip", detail)
     return Finding(
         Check.FIXED_TRAJECTORY,
         "pass",
         f"{checked} samples: every turn stops as its last token says, no turn follows an end",
     )
+
+
+def _where(s: TrainingSample, pos: int | None) -> str:
+    head = f"group {s.group_index} traj {s.traj_index} sample {s.sample_index}"
+    return head if pos is None else f"{head} token {pos}"

@@ -21,6 +21,7 @@ from typing import Any
 
 from agentenvs.rollout.collect.fingerprints import (
     ACTION_DIGEST,
+    ACTION_DIGEST32,
     ACTION_LENGTH,
     ADDED,
     KEPT,
@@ -29,6 +30,7 @@ from agentenvs.rollout.collect.fingerprints import (
     REWARD,
     TRAINED,
     digest_action,
+    digest_action32,
     digest_ids,
     observation_split,
 )
@@ -60,14 +62,23 @@ NO_LOGPROBS_CLAIMED = (
 
 
 def _action_problem(
-    tokens: Sequence[int], logprobs: Sequence[float] | None, want: Sequence[Any]
+    tokens: Sequence[int],
+    logprobs: Sequence[float] | None,
+    want: Sequence[Any],
+    *,
+    float32: bool = False,
 ) -> str | None:
-    if len(tokens) != want[ACTION_LENGTH] or digest_action(tokens, logprobs) != want[ACTION_DIGEST]:
-        return (
-            "the sampled ids or logprobs differ from the ones collected: shifted or edited "
-            "after sampling"
-        )
-    return None
+    """Why an action is not the one collected. ``float32``: the form holds logprobs at
+    float32 (a verl batch, Tinker datums), compared with the record's float32 digest."""
+    if len(tokens) == want[ACTION_LENGTH] and digest_action(tokens, logprobs) == want[ACTION_DIGEST]:
+        return None
+    if float32 and len(want) > ACTION_DIGEST32 and len(tokens) == want[ACTION_LENGTH]:
+        if digest_action32(tokens, logprobs) == want[ACTION_DIGEST32]:
+            return None
+    return (
+        "the sampled ids or logprobs differ from the ones collected: shifted or edited after "
+        "sampling"
+    )
 
 
 def _trajectory_problem(
@@ -297,7 +308,8 @@ def _sample_problem(s: TrainingSample) -> tuple[int | None, str, tuple[int, int]
             if s.has_logprobs and end > pos:  # an empty action does not clear the flag
                 return pos, f"turn {turn}: {NO_LOGPROBS_CLAIMED}", (pos, end - 1)
             logprobs = None
-        if problem := _action_problem(s.tokens[pos:end], logprobs, want):
+        # A hand-off may hold logprobs at float32 (verl, Tinker): equal at that precision.
+        if problem := _action_problem(s.tokens[pos:end], logprobs, want, float32=True):
             return pos, f"turn {turn}: {problem}", (pos, end - 1)
         if s.loss_mask[pos:end] != [int(want[TRAINED])] * (end - pos):
             at = pos + next(
@@ -308,7 +320,7 @@ def _sample_problem(s: TrainingSample) -> tuple[int | None, str, tuple[int, int]
     if pos != n:
         return pos, f"{n - pos} tokens after the last collected turn", (pos, n - 1)
     reward = float(s.collected.get("reward", s.reward))
-    if not math.isclose(s.reward, reward, rel_tol=1e-9, abs_tol=1e-9):
+    if not math.isclose(s.reward, reward, rel_tol=1e-6, abs_tol=1e-7):  # float32 forms
         return (
             None,
             (

@@ -25,7 +25,7 @@ config with a remote part: :meth:`EnvConfig.replay_refusal`) is named in the rep
 from __future__ import annotations
 
 import asyncio
-import functools
+import atexit
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -43,6 +43,19 @@ from agentenvs.rollout.inspect.groups import FirstFailure, GroupView
 from agentenvs.rollout.inspect.options import CheckOptions
 from agentenvs.rollout.inspect.reward_checks import installed_differences
 
+_RUNNER: list[asyncio.Runner] = []
+"""One event loop for every replay in the process, so what episodes share across
+groups and checks (a sandbox's warm workers, ALFWorld's engines) starts once; it is
+closed at exit, which closes what its episodes opened."""
+
+
+def _runner() -> asyncio.Runner:
+    if not _RUNNER:
+        _RUNNER.append(asyncio.Runner())
+        atexit.register(_RUNNER[0].close)
+    return _RUNNER[0]
+
+
 POLICY_LOG_PREFIX = "policy/"
 """Step logs the collector adds from the policy's stamp: not the env's output."""
 
@@ -57,9 +70,8 @@ class Difference:
     check: Check = Check.FIXED_TRAJECTORY
 
 
-@functools.lru_cache(maxsize=16)
 def _task_indices(config: EnvConfig, split: str) -> dict[str, int]:
-    """Task id -> index in ``split`` (configs hash by identity; one per stored config)."""
+    """Task id -> index in ``split``."""
     return {config.task_id(i, split): i for i in range(config.num_tasks(split))}
 
 
@@ -209,8 +221,9 @@ class ReplayCheck:
         self.tokenizer = tokenizer
         self.codec = Codec.of(tokenizer) if tokenizer is not None else None
         self.against = options.against_version
-        self.runner: asyncio.Runner | None = None
         self.refused: dict[str, tuple[str, int]] = {}
+        self.tasks: dict[tuple[str, str, str], dict[str, int]] = {}
+        """(env, config hash, split) -> task id -> index, listed once per stored config."""
         self.replayed: Counter[str] = Counter()
         self.episodes = 0
         self.regraded = 0
@@ -240,7 +253,10 @@ class ReplayCheck:
             return None
         split = str(record.run.get("split") or "train")
         try:
-            index = _task_indices(config, split).get(record.task_id)
+            slot = (record.env, config.config_hash(), split)
+            if slot not in self.tasks:
+                self.tasks[slot] = _task_indices(config, split)
+            index = self.tasks[slot].get(record.task_id)
         except Exception as error:  # a dataset that cannot be listed here
             self._refuse(record.env, f"its tasks cannot be listed here: {str(error)[:120]}")
             return None
@@ -273,9 +289,7 @@ class ReplayCheck:
             )
         assert self.codec is not None
         replayer = _Replayer(config, self.codec, rewards)
-        if self.runner is None:
-            self.runner = asyncio.Runner()
-        found = self.runner.run(replayer.group(view, index, split, self.tokenizer))
+        found = _runner().run(replayer.group(view, index, split, self.tokenizer))
         self.replayed[view.record.env] += 1
         self.episodes += len(view.rewards)
         self.regraded += len(view.rewards) if rewards else 0
@@ -289,9 +303,6 @@ class ReplayCheck:
             )
 
     def findings(self) -> list[Finding]:
-        if self.runner is not None:
-            self.runner.close()  # closes what the episodes opened (sandboxes) on its loop
-            self.runner = None
         found = [f for f in (self.first.finding, self.regrade_refused.finding) if f is not None]
         for env, (why, count) in sorted(self.refused.items()):
             found.append(
