@@ -5,7 +5,7 @@
 (``to_py_obj`` walks every id) before the Rust backend was reached. A fast tokenizer
 (transformers' ``PreTrainedTokenizerFast``, the built-in ``ChatMLTokenizer``, the
 check's own cached loader) exposes that backend as ``backend_tokenizer``; this codec
-calls it directly, in batches, with the same result: transformers' fast ``decode``
+calls it directly, with the same result: transformers' fast ``decode``
 is the backend's decode plus an optional clean-up of spaces, which a tokenizer that
 asks for it still gets from its own method.
 """
@@ -46,13 +46,13 @@ class Codec:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
 
     def decode_batch(self, batch: Sequence[Sequence[int]]) -> list[str]:
-        if self.backend is not None:
-            return list(self.backend.decode_batch([list(b) for b in batch], False))
+        """Each item's text. One at a time: the backend's batch call wakes a thread pool,
+        which costs more than a group's few short spans take to decode (measured:
+        about 2 ms a call against 20 us a span)."""
         return [self.decode(ids) for ids in batch]
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Ids of each text, no special tokens added around it."""
         if self.backend is not None:
-            encoded = self.backend.encode_batch(list(texts), add_special_tokens=False)
-            return [list(e.ids) for e in encoded]
+            return [list(self.backend.encode(t, add_special_tokens=False).ids) for t in texts]
         return [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]

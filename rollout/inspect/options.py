@@ -13,7 +13,7 @@ from typing import Any, Literal
 DEFAULT_MAX_PARSE_FAILURES = 0.02
 """The share of declared-format tool-call attempts that may fail to parse."""
 
-ROUND_TRIP_SAMPLES = 256
+ROUND_TRIP_SAMPLES = 64
 """Samples whose decode -> encode round trip is measured when no text trainer is
 named (the measurement is information then, and costs most of a check's time)."""
 

@@ -70,11 +70,18 @@ def _action_problem(
 ) -> str | None:
     """Why an action is not the one collected. ``float32``: the form holds logprobs at
     float32 (a verl batch, Tinker datums), compared with the record's float32 digest."""
-    if len(tokens) == want[ACTION_LENGTH] and digest_action(tokens, logprobs) == want[ACTION_DIGEST]:
+    if (
+        len(tokens) == want[ACTION_LENGTH]
+        and digest_action(tokens, logprobs) == want[ACTION_DIGEST]
+    ):
         return None
-    if float32 and len(want) > ACTION_DIGEST32 and len(tokens) == want[ACTION_LENGTH]:
-        if digest_action32(tokens, logprobs) == want[ACTION_DIGEST32]:
-            return None
+    if (
+        float32
+        and len(want) > ACTION_DIGEST32
+        and len(tokens) == want[ACTION_LENGTH]
+        and digest_action32(tokens, logprobs) == want[ACTION_DIGEST32]
+    ):
+        return None
     return (
         "the sampled ids or logprobs differ from the ones collected: shifted or edited after "
         "sampling"

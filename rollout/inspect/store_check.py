@@ -32,8 +32,8 @@ from agentenvs.rollout.inspect.sample_checks import (
     check_estimator,
     check_sample_alignment,
     check_sample_loss_inputs,
+    first_logprob_problem,
     is_per_step,
-    logprob_problem,
 )
 from agentenvs.rollout.inspect.token_checks import (
     ObservationControlsCheck,
@@ -119,11 +119,10 @@ class LogprobCheck:
                     detail = f"{len(tr.ac.tokens)} sampled tokens but {len(lp)} logprobs"
                     self.first.keep(Finding(Check.FIXED_TRAJECTORY, "fail", detail, where))
                     return
-                for i, value in enumerate(lp or ()):
-                    if problem := logprob_problem(value):
-                        where = f"{where} token {i}"
-                        self.first.keep(Finding(Check.FIXED_TRAJECTORY, "fail", problem, where))
-                        return
+                if lp and (found := first_logprob_problem(lp)) is not None:
+                    where = f"{where} token {found[0]}"
+                    self.first.keep(Finding(Check.FIXED_TRAJECTORY, "fail", found[1], where))
+                    return
 
     def findings(self) -> list[Finding]:
         if self.first.finding is not None:
