@@ -142,6 +142,7 @@ class Run:
     mixed: bool = True
     logprobs: bool = True
     groups: int = 3
+    size: int = 3
 
 
 RUNS: dict[str, Run] = {
@@ -149,8 +150,8 @@ RUNS: dict[str, Run] = {
     "continuation": Run("guess_number", {"tasks": 3, "renderer": "continuation"}),
     "window": Run("alfworld", {"history": "window", "limits": {"max_turns": 6}}, mixed=False),
     "nologprobs": Run("guess_number", {"tasks": 3}, logprobs=False),
-    "search_r1": Run("search_r1", {}, groups=2),
-    "retool": Run("retool", {}, mixed=False, groups=2),
+    "search_r1": Run("search_r1", {}, groups=2, size=2),
+    "retool": Run("retool", {}, mixed=False, groups=2, size=2),
 }
 """The runs every corruption is made from, by name."""
 
@@ -170,7 +171,7 @@ def collect_run(
     policy: Any = MixedPolicy(mixed=spec.mixed, logprobs=spec.logprobs)
     if bug is not None:
         policy = BuggyClient(policy, bug)
-    return collect_config(tokenizer, made, path, policy, groups=spec.groups)
+    return collect_config(tokenizer, made, path, policy, groups=spec.groups, size=spec.size)
 
 
 def write_handoff(store: Path, path: Path, keep: Callable[[Any], bool] | None = None) -> Path:

@@ -216,7 +216,11 @@ def append_after_done(record: GroupRecord) -> None:
         return
     assert record.group is not None
     traj = record.group.trajectories[0]
-    traj.transitions.append(dataclasses.replace(traj.transitions[-1]))
+    last = traj.transitions[-1]
+    context = list(last.ob) + list(
+        last.ac.tokens
+    )  # the turn extends the context, as a loop's would
+    traj.transitions.append(dataclasses.replace(last, ob=context))
 
 
 def pass_cut_off_on(record: GroupRecord) -> None:
@@ -451,7 +455,12 @@ UPSTREAM: tuple[Upstream, ...] = (
         vocabs=("deepseek-v3",),
     ),
     Upstream(
-        "newer_than_current", "chat", _with_bug(stamp(4)), PLUS_STORE, _first_trajectory, VERSIONS
+        "newer_than_current",
+        "chat",
+        _with_bug(stamp(4, "verified")),
+        PLUS_STORE,
+        _first_trajectory,
+        VERSIONS,
     ),
     Upstream(
         "proof_lost",
