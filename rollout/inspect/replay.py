@@ -156,25 +156,42 @@ class _Replayer:
         found = _mapping_difference("step log", tr.logs, step.logs, self.volatile)
         return Difference(turn, found) if found else None
 
+    def _stopped(self, turn: int, tokens: Sequence[int], stops: Sequence[Any]) -> Difference | None:
+        """A turn that says it stopped on a stop sequence (``stop``) must end with one the
+        env asked for at that turn: completed by its last token, not before."""
+        strings = [str(s) for s in stops if isinstance(s, str) and s]
+        if not strings or not tokens:
+            return None
+        text, before = self.codec.decode(tokens), self.codec.decode(tokens[:-1])
+        if any(s in text and s not in before for s in strings):
+            return None
+        detail = (
+            f"the sampler says it stopped on a stop sequence, but no stop sequence of this "
+            f"turn ({', '.join(repr(s) for s in strings[:4])}) ends the action"
+        )
+        return Difference(turn, detail, len(tokens) - 1)
+
     async def episode(self, task: int, split: str, tokenizer: Any, traj: Trajectory) -> _Episode:
         env = self.config.make_env(task, tokenizer, split)
         episode = _Episode(env, traj)
         turn = 0
         try:
-            observation, _ = await env.initial_observation()
+            observation, stops = await env.initial_observation()
             for turn, tr in enumerate(traj.transitions):
                 if env.done:
                     detail = f"turn {turn} follows the end the env gave at turn {turn - 1}"
                     episode.difference = Difference(turn, detail)
                     return episode
                 episode.difference = self._tokens(turn, tr.ob, observation)
+                if episode.difference is None and tr.ac.stop_reason == "stop":
+                    episode.difference = self._stopped(turn, tr.ac.tokens, stops)
                 if episode.difference is not None:
                     return episode
                 step = await env.step(list(tr.ac.tokens), extra={"stop_reason": tr.ac.stop_reason})
                 episode.difference = self._step(turn, tr, step)
                 if episode.difference is not None:
                     return episode
-                observation = step.next_observation
+                observation, stops = step.next_observation, step.next_stop_condition
             if not env.done:
                 detail = "the record ends here but the env did not end the episode"
                 episode.difference = Difference(turn, detail)

@@ -71,6 +71,15 @@ def strip_stop_token(out: TokensWithLogprobs, key: str | None, traj: int, turn: 
     return out
 
 
+def cut_stop_sequence(out: TokensWithLogprobs, key: str | None, traj: int, turn: int) -> TokensWithLogprobs:  # fmt: skip
+    """The target group's first turns lose the last token of their stop sequence and
+    still say ``stop`` (a client trimming what it took for a trailing stop string)."""
+    if target_slot(key) and traj == 0 and turn == 0 and out.stop_reason == "stop" and out.tokens:
+        logprobs = None if out.logprobs is None else out.logprobs[:-1]
+        return TokensWithLogprobs(out.tokens[:-1], logprobs, "stop")
+    return out
+
+
 def stamp(
     version: Any,
     proof: str | None = None,
@@ -339,6 +348,10 @@ def _cut_off(lines: Lines, tok: Any) -> list[str]:
     return _places(lines, g, 0, last)
 
 
+def _target_turn_zero(lines: Lines, tok: Any) -> list[str]:
+    return _places(lines, _target_line(lines), 0, 0)
+
+
 def _target_turn_one(lines: Lines, tok: Any) -> list[str]:
     return _places(lines, _target_line(lines), TARGET_TRAJ, 1)
 
@@ -469,6 +482,14 @@ UPSTREAM: tuple[Upstream, ...] = (
         PLUS_STORE,
         _target_turn_one,
         VERSIONS,
+    ),
+    Upstream(
+        "stop_sequence_cut",
+        "chat",
+        _with_bug(cut_stop_sequence),
+        PLUS_STORE,
+        _target_turn_zero,
+        REPLAY,
     ),
     # an environment and a reward function
     Upstream("reward_tenfold", "chat", _with_env(TenfoldGuess), PLUS_STORE, _first_reward, REPLAY),
