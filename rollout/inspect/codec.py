@@ -12,11 +12,31 @@ asks for it still gets from its own method.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from agentenvs.rollout.builtin_tokenizer import ChatMLTokenizer
+
 _CODECS: weakref.WeakKeyDictionary[Any, Codec] = weakref.WeakKeyDictionary()
+
+
+def _backend(tokenizer: Any) -> Any:
+    """The ``tokenizers`` backend whose decode equals the tokenizer's, or None: ours
+    (``ChatMLTokenizer`` and the check's loader) never clean up spaces; a transformers fast
+    tokenizer does when asked to (then its own method decodes)."""
+    if isinstance(tokenizer, ChatMLTokenizer):
+        return tokenizer.backend_tokenizer
+    if "transformers" in sys.modules:  # only then can it be one of transformers' own
+        from transformers import PreTrainedTokenizerFast
+
+        if (
+            isinstance(tokenizer, PreTrainedTokenizerFast)
+            and not tokenizer.clean_up_tokenization_spaces
+        ):
+            return tokenizer.backend_tokenizer
+    return None
 
 
 class Codec:
@@ -24,9 +44,7 @@ class Codec:
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
-        backend = getattr(tokenizer, "backend_tokenizer", None)  # fast tokenizers only
-        cleans = bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
-        self.backend = None if cleans else backend
+        self.backend = _backend(tokenizer)
 
     @classmethod
     def of(cls, tokenizer: Any) -> Codec:

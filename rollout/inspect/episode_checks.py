@@ -46,7 +46,7 @@ class StopTokens:
 
     def __init__(self, tokenizer: Any) -> None:
         self.controls = frozenset(EnvTextEncoder.for_tokenizer(tokenizer).control_ids)
-        eos = getattr(tokenizer, "eos_token_id", None)
+        eos = tokenizer.eos_token_id
         self.eos = eos if isinstance(eos, int) and eos in self.controls else None
 
     def problem(self, stop: str, tokens: Sequence[int]) -> str | None:

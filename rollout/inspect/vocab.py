@@ -91,12 +91,12 @@ def _serialized(directory: Path) -> Path | None:
     cached = _cache_root() / _digest(directory) / "tokenizer.json"
     if cached.is_file():
         return cached
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    slow = AutoTokenizer.from_pretrained(str(directory))
-    backend = getattr(slow, "backend_tokenizer", None)  # a converted fast tokenizer has one
-    if backend is None:
+    converted = AutoTokenizer.from_pretrained(str(directory))
+    if not isinstance(converted, PreTrainedTokenizerFast):  # no fast tokenizer to keep
         return None
+    backend = converted.backend_tokenizer
     cached.parent.mkdir(parents=True, exist_ok=True)
     tmp = cached.with_name(f"tokenizer.json.tmp{os.getpid()}")
     backend.save(str(tmp))
