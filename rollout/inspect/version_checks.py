@@ -80,12 +80,12 @@ class VersionsCheck:
                 for turn, tr in enumerate(traj.transitions)
                 if VERSION_LOG in tr.logs
             ]
-            version = claimed
-            if stamped:
+            version, place = claimed, view.where(t)
+            if stamped:  # judged by its oldest stamp, named by the turn that carries it
                 version, place = min(stamped, key=lambda s: _order(s[0]))
                 if oldest is None or _order(version) < _order(oldest[0]):
                     oldest = (version, place)
-            self._judge(version, view.where(t))
+            self._judge(version, place)
             self._proofs(view, t, traj)
         self._record_claim(view, policy, claimed, oldest)
 
