@@ -17,7 +17,7 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -35,6 +35,9 @@ from agentenvs.envs.types import (
     RLDataset,
     Trajectory,
 )
+
+if TYPE_CHECKING:
+    from agentenvs.envs.rewards.identity import RewardIdentity
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +86,17 @@ class EnvConfig(BaseModel):
     (``extra("retool", "math_verify")``): ``agentenvs list`` says which are missing and
     ``agentenvs rollout`` refuses to start without them. :meth:`requirements` may
     narrow or widen it for one configuration."""
+
+    deterministic: ClassVar[bool] = False
+    """An episode is a function of its config, split, task and the actions played: made
+    again from the recorded config and stepped with the recorded actions, it gives the
+    same observation tokens, rewards, metrics, ends and tool outcomes. ``agentenvs check
+    --replay`` re-runs such episodes instead of trusting their record
+    (``rollout/inspect/replay.py``); :meth:`replay_refusal` may still refuse a config
+    whose parts are not (an HTTP retriever, an LLM judge)."""
+    replay_volatile: ClassVar[frozenset[str]] = frozenset()
+    """Metric and log keys whose values depend on the machine, not on the episode (a
+    sandbox's run time): a replay leaves them out of its comparison."""
 
     @model_validator(mode="before")
     @classmethod
@@ -145,6 +159,42 @@ class EnvConfig(BaseModel):
         splits, the index next to the corpus); a source behind a server is not local data
         and is left out. Reading them must be cheap: no task is loaded to answer."""
         return {}
+
+    # ---- what a record of this environment can be checked against --------------------
+    def reward_components(self) -> list[RewardIdentity]:
+        """The reward components episodes under this config compute, each naming its
+        function, version and code hash (``envs/rewards/identity.py``). The collector
+        stores them with every record (``provenance.reward.components``) and ``agentenvs
+        check`` compares them across a store and with the installed code. Default: none
+        declared (``check`` warns that the rewards name no code)."""
+        return []
+
+    def limit_reward(self, reason: str) -> float | None:
+        """The reward of the final step of an episode a shared limit ended with
+        ``reason`` (a :class:`~agentenvs.envs.types.StopReason`), when the rule, not the
+        task, sets it; None when the task grades that ending itself.
+
+        The default is :class:`~agentenvs.envs.rendered_env.RenderedEnv`'s rule: an
+        action cut off by the per-turn cap ends the episode (``max_tokens``) with
+        ``limits.truncation_reward``, and an action holding ids past the vocabulary
+        with 0. A task whose
+        :meth:`~agentenvs.envs.text.TextEnv.on_limit` adds a reward to those endings
+        says so here. ``agentenvs check`` fails a limit-ended episode whose final
+        reward breaks the rule (a cut-off action that kept a reward)."""
+        if reason == "max_tokens":
+            return self.limits.truncation_reward
+        if reason == "out_of_vocabulary":
+            return 0.0
+        return None
+
+    def replay_refusal(self) -> str | None:
+        """Why episodes under this config cannot be re-run from their record, or None
+        when they can (:attr:`deterministic`). An environment that is deterministic
+        except for an optional part (a remote service, a judge) names the part here."""
+        if not self.deterministic:
+            name = self.env_name or type(self).__name__
+            return f"{name} does not declare deterministic episodes (EnvConfig.deterministic)"
+        return None
 
     # ---- shared machinery ------------------------------------------------------------
     @classmethod

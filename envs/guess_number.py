@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -39,6 +38,7 @@ class GuessNumberConfig(EnvConfig):
     env_name: ClassVar[str] = "guess_number"
     gym_name: ClassVar[str] = "GuessNumber"
     default_renderer: ClassVar[RendererKind] = "chat"
+    deterministic: ClassVar[bool] = True
 
     low: int = 1
     high: int = 100
@@ -55,6 +55,10 @@ class GuessNumberConfig(EnvConfig):
     def make_text_env(self, task_index: int, split: str = "train") -> TextEnv:
         return GuessNumberEnv(self.secret(task_index, split), self.low, self.high)
 
+    def reward_components(self) -> list[RewardIdentity]:
+        """One reward component (the config does not change it)."""
+        return [identity_of(guess_reward)]
+
 
 INVALID_GUESS_REWARD = -0.1
 
@@ -66,11 +70,6 @@ def guess_reward(guess: int | None, secret: int) -> float:
     if guess is None:
         return INVALID_GUESS_REWARD
     return 1.0 if guess == secret else 0.0
-
-
-def reward_components(config: Mapping[str, Any]) -> list[RewardIdentity]:
-    """guess_number has one reward component (its config does not change it)."""
-    return [identity_of(guess_reward)]
 
 
 class GuessNumberEnv(TextEnv):

@@ -10,7 +10,7 @@ it (``auto``), or a folder. Episodes run on engines in worker processes (see
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -24,6 +24,9 @@ from agentenvs.envs.requirements import Requirement, extra
 from agentenvs.envs.strings import SettableStrings
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.types import Metrics, Trajectory
+
+if TYPE_CHECKING:
+    from agentenvs.envs.rewards.identity import RewardIdentity
 
 GIGPO_PRESET: dict[str, Any] = {
     # langfengQ/verl-agent: agent_system/environments/prompts/alfworld.py,
@@ -65,6 +68,8 @@ class ALFWorldConfig(EnvConfig, SettableStrings):
     splits: ClassVar[tuple[str, ...]] = (*SPLITS, *SPLIT_ALIASES)
     default_renderer: ClassVar[RendererKind] = "chat"
     requires: ClassVar[tuple[Requirement, ...]] = extra("alfworld", "alfworld", "textworld")
+
+    deterministic: ClassVar[bool] = True
 
     data: str = Field(
         "auto",
@@ -258,6 +263,12 @@ class ALFWorldConfig(EnvConfig, SettableStrings):
 
     def logging_tags(self) -> list[str]:
         return [self.env_name]
+
+    def reward_components(self) -> list[RewardIdentity]:
+        """The step that scores each action inline (``envs/alfworld/reward.py``)."""
+        from agentenvs.envs.alfworld.reward import reward_components
+
+        return reward_components()
 
     @classmethod
     def demo_overrides(cls) -> dict[str, str]:

@@ -9,16 +9,13 @@ as a changed code hash in ``agentenvs check`` (docs/rewards.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from agentenvs.envs.rewards.identity import RewardIdentity, identify
 
 REWARD_VERSION = "1"
 """Bump when ALFWorld's reward rules change on purpose."""
 
 
-def reward_components(config: Mapping[str, Any]) -> list[RewardIdentity]:
+def reward_components() -> list[RewardIdentity]:
     """The step that scores each action, with the helper that carries its reward."""
     from agentenvs.envs.alfworld.env import ALFWorldTextEnv
 

@@ -7,9 +7,11 @@ from typing import ClassVar
 from pydantic import Field
 
 from agentenvs.envs.charts.charts import make_chart
+from agentenvs.envs.charts.reward import answer_reward
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer
+from agentenvs.envs.rewards.identity import RewardIdentity, identity_of
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.vision.processing import VisionSpec
 from agentenvs.envs.vision.render import vision_renderer
@@ -32,6 +34,10 @@ class ChartsConfig(EnvConfig):
         "else the Qwen-VL family's published settings.",
     )
     limits: Limits = Field(default_factory=lambda: Limits(max_turns=6))
+
+    def reward_components(self) -> list[RewardIdentity]:
+        """One component: the exact integer match (the config does not change it)."""
+        return [identity_of(answer_reward)]
 
     def num_tasks(self, split: str = "train") -> int:
         self.check_split(split)

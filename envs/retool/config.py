@@ -20,7 +20,7 @@ shared per process and made on first use, problems are read once per file.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -39,6 +39,9 @@ from agentenvs.envs.strings import SettableStrings
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.types import Metrics, Trajectory
 from agentenvs.sandbox.base import SandboxConfig
+
+if TYPE_CHECKING:
+    from agentenvs.envs.rewards.identity import RewardIdentity
 
 VERL_RETOOL_PRESET: dict[str, Any] = {
     # verl's ReTool recipe (recipe/retool: retool.py, run_qwen2_7b_dapo.sh,
@@ -82,6 +85,9 @@ class ReToolConfig(EnvConfig, SettableStrings, JudgedConfig):
     default_renderer: ClassVar[RendererKind] = "continuation"
     requires: ClassVar[tuple[Requirement, ...]] = extra("retool", "math_verify")
     """The default grader's; :meth:`requirements` adds a docker sandbox's client."""
+
+    deterministic: ClassVar[bool] = True
+    replay_volatile: ClassVar[frozenset[str]] = frozenset({"sandbox_seconds"})
 
     protocol: Protocol = Field(
         "retool", description="retool: <code>/<interpreter> text; tool_call: Hermes tool calls."
@@ -261,6 +267,20 @@ class ReToolConfig(EnvConfig, SettableStrings, JudgedConfig):
             raise IndexError(f"task {task_index} out of range ({len(problems)} problems)")
         env = ReToolEnv(problems[task_index], self, tokenizer)  # type: ignore[arg-type]
         return judged(env, self.judge, judge_input)
+
+    # ---- rewards and replay ----------------------------------------------------------
+    def reward_components(self) -> list[RewardIdentity]:
+        """The grader, the outcome shaping, the final step's penalties, the judge."""
+        from agentenvs.envs.retool.reward import reward_components
+
+        return reward_components(self.judge)
+
+    def replay_refusal(self) -> str | None:
+        """An LLM judge answers from outside this process; the code runs again in the
+        sandbox, whose output the record's observations must show again."""
+        if self.judge is not None:
+            return "retool is judged by an LLM: its verdicts are not replayed"
+        return super().replay_refusal()
 
     # ---- group metrics --------------------------------------------------------------
     async def group_rewards(

@@ -19,11 +19,13 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentenvs.envs.rewards.identity import RewardIdentity, identify, identity_of, reward_function
+
+if TYPE_CHECKING:
+    from agentenvs.envs.rewards.judge_settings import JudgeSettings
 
 Grader = Literal["math_verify", "strict_box"]
 
@@ -152,10 +154,10 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def reward_components(config: Mapping[str, Any]) -> list[RewardIdentity]:
-    """ReTool's reward components under ``config`` (a dumped :class:`ReToolConfig`): the
-    grader, the outcome shaping, the env's final step that adds the penalties, and the
-    judge when one is set."""
+def reward_components(judge: JudgeSettings | None) -> list[RewardIdentity]:
+    """ReTool's reward components: the grader, the outcome shaping, the env's final
+    step that adds the penalties, and the judge when one is set (what
+    ``ReToolConfig.reward_components`` declares)."""
     from agentenvs.envs.retool.env import ReToolEnv
 
     components = [
@@ -163,11 +165,10 @@ def reward_components(config: Mapping[str, Any]) -> list[RewardIdentity]:
         identity_of(shaped_reward),
         identify(ReToolEnv._finish, "final_step", "1"),
     ]
-    if config.get("judge"):
+    if judge is not None:
         from agentenvs.envs.rewards.judge import judge_identity
-        from agentenvs.envs.rewards.judge_settings import JudgeSettings
 
-        components.append(judge_identity(JudgeSettings.model_validate(config["judge"])))
+        components.append(judge_identity(judge))
     return components
 
 

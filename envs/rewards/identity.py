@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import importlib
 import importlib.metadata
 import inspect
 import json
@@ -180,43 +179,12 @@ def identity_of(function: Callable[..., Any]) -> RewardIdentity:
 
 # ---------------------------------------------------------------------- per environment
 
-Provider = Callable[[Mapping[str, Any]], list[RewardIdentity]]
-"""Given an env config (as JSON), the reward components that config uses."""
-
-_CATALOG: dict[str, str] = {
-    "guess_number": "agentenvs.envs.guess_number:reward_components",
-    "retool": "agentenvs.envs.retool.reward:reward_components",
-    "search_r1": "agentenvs.envs.search_r1.reward:reward_components",
-    "alfworld": "agentenvs.envs.alfworld.reward:reward_components",
-    "charts": "agentenvs.envs.charts.reward:reward_components",
-}
-"""The built-in environments' providers, imported only when a record asks (no import
-side effects decide what is registered)."""
-
-_REGISTERED: dict[str, Provider] = {}
-
-
-def register_rewards(env_name: str, provider: Provider) -> None:
-    """Declare the reward components of an environment of your own (by its env name)."""
-    _REGISTERED[env_name] = provider
-    _cached_components.cache_clear()
-
-
-def _provider(env_name: str) -> Provider | None:
-    if env_name in _REGISTERED:
-        return _REGISTERED[env_name]
-    target = _CATALOG.get(env_name)
-    if target is None:
-        return None
-    module, attribute = target.split(":")
-    try:
-        return getattr(importlib.import_module(module), attribute)
-    except ImportError:  # an env whose extra is not installed cannot have run here
-        return None
-
 
 def reward_components(env_name: str, config: Mapping[str, Any]) -> list[RewardIdentity]:
-    """The reward components an environment with this config uses (none when unknown)."""
+    """The reward components the registered environment ``env_name`` declares under this
+    config (its :meth:`EnvConfig.reward_components <agentenvs.envs.config.EnvConfig.reward_components>`);
+    none for an environment that is not registered here, whose extra is not installed,
+    or whose config no longer validates."""
     key = json.dumps(dict(config), sort_keys=True, default=str)
     return list(_cached_components(env_name, key))
 
@@ -224,10 +192,15 @@ def reward_components(env_name: str, config: Mapping[str, Any]) -> list[RewardId
 @functools.lru_cache(maxsize=64)
 def _cached_components(env_name: str, config_json: str) -> tuple[RewardIdentity, ...]:
     """Memoised: every record of a run asks, and hashing source takes a moment."""
-    provider = _provider(env_name)
-    if provider is None:
+    from pydantic import ValidationError
+
+    from agentenvs.envs.registry import UnknownEnvError, config_class
+
+    try:
+        config = config_class(env_name).model_validate(json.loads(config_json))
+    except (UnknownEnvError, ImportError, ValidationError):
         return ()
-    return tuple(provider(json.loads(config_json)))
+    return tuple(config.reward_components())
 
 
 REWARD_PROVENANCE_KEY = "reward"

@@ -12,7 +12,7 @@ so there the cap is estimated as ``chars_per_token`` characters per token.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -42,6 +42,9 @@ from agentenvs.envs.search_r1.retrievers.config import RetrieverConfig
 from agentenvs.envs.search_r1.reward import AnswerScope, RewardMode, judge_input
 from agentenvs.envs.strings import SettableStrings
 from agentenvs.envs.text import TextEnv
+
+if TYPE_CHECKING:
+    from agentenvs.envs.rewards.identity import RewardIdentity
 
 SEARCH_R1_PRESET: dict[str, Any] = {
     # PeterGriffinJin/Search-R1 train_grpo.sh / train_ppo.sh and llm_agent/generation.py;
@@ -82,6 +85,8 @@ class SearchR1Config(EnvConfig, SettableStrings, JudgedConfig):
     default_renderer: ClassVar[RendererKind] = "continuation"
     requires: ClassVar[tuple[Requirement, ...]] = RETRIEVER_MODULES["bm25"]
     """The default retriever's (bm25); :meth:`requirements` names the configured one's."""
+
+    deterministic: ClassVar[bool] = True
 
     protocol: Protocol = Field(
         "tags",
@@ -199,6 +204,21 @@ class SearchR1Config(EnvConfig, SettableStrings, JudgedConfig):
 
     def task_id(self, task_index: int, split: str = "train") -> str:
         return f"{split}/{self.tasks(split)[task_index].id}"
+
+    # ---- rewards and replay -------------------------------------------------------------
+    def reward_components(self) -> list[RewardIdentity]:
+        """The answer score, the final step that picks the text it reads, the judge."""
+        from agentenvs.envs.search_r1.reward import reward_components
+
+        return reward_components(self.judge)
+
+    def replay_refusal(self) -> str | None:
+        """A retriever over HTTP and an LLM judge answer from outside this process."""
+        if self.retriever.kind == "http":
+            return "search_r1 retrieves over HTTP (retriever.kind http): not replayed here"
+        if self.judge is not None:
+            return "search_r1 is judged by an LLM: its verdicts are not replayed"
+        return super().replay_refusal()
 
     # ---- envs -------------------------------------------------------------------------
     def make_search_env(

@@ -12,11 +12,14 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentenvs.envs.rewards.identity import RewardIdentity, identify, identity_of, reward_function
+
+if TYPE_CHECKING:
+    from agentenvs.envs.rewards.judge_settings import JudgeSettings
 
 RewardMode = Literal["em", "f1", "format"]
 AnswerScope = Literal["actions", "prompt_and_response"]
@@ -110,21 +113,20 @@ def score_response(
     return Score(reward=reward, answer=answer, em=em, f1=f1, well_formed=formed)
 
 
-def reward_components(config: Mapping[str, Any]) -> list[RewardIdentity]:
+def reward_components(judge: JudgeSettings | None) -> list[RewardIdentity]:
     """Search-R1's reward components: the answer score (its ``reward`` mode is in the
     env config), the env's final step, which picks the text the score reads, and the
-    judge when one is set."""
+    judge when one is set (what ``SearchR1Config.reward_components`` declares)."""
     from agentenvs.envs.search_r1.env import SearchR1Env
 
     components = [
         identity_of(score_response),
         identify(SearchR1Env._finish, "final_step", "1", depends=(SearchR1Env.scored_text,)),
     ]
-    if config.get("judge"):
+    if judge is not None:
         from agentenvs.envs.rewards.judge import judge_identity
-        from agentenvs.envs.rewards.judge_settings import JudgeSettings
 
-        components.append(judge_identity(JudgeSettings.model_validate(config["judge"])))
+        components.append(judge_identity(judge))
     return components
 
 

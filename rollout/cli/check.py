@@ -3,14 +3,11 @@
 
 from __future__ import annotations
 
-import json
-import sys
-from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from agentenvs.rollout.cli.common import (
@@ -18,24 +15,19 @@ from agentenvs.rollout.cli.common import (
     CLIError,
     friendly_errors,
     load_tokenizer_or_fail,
-    load_view_tokenizer,
     one_line,
     out,
-    read_store_warning,
 )
-
-_STATUS_STYLE = {
-    "pass": "green",
-    "fail": "bold red",
-    "warn": "yellow",
-    "info": "cyan",
-    "skip": "dim",
-}
 
 
 def check_command(
     file: Annotated[
-        Path, typer.Argument(metavar="FILE", help="A trajectory store or a JSONL samples hand-off.")
+        Path,
+        typer.Argument(
+            metavar="FILE",
+            help="A trajectory store, or a hand-off: JSONL samples, a verl batch file, a "
+            "Tinker/PyTRIO datum file.",
+        ),
     ],
     tokenizer: Annotated[
         str | None,
@@ -50,7 +42,7 @@ def check_command(
     ] = None,
     max_staleness: Annotated[
         int | None,
-        typer.Option(metavar="K", help="Fail when a group is more versions behind than this."),
+        typer.Option(metavar="K", help="Fail a trajectory sampled more versions behind than this."),
     ] = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="One JSON object instead of a table.")
@@ -66,9 +58,18 @@ def check_command(
     store: Annotated[
         Path | None,
         typer.Option(
-            metavar="STORE", help="For a samples file: the trajectory store it was made from."
+            metavar="STORE",
+            help="For a hand-off: the trajectory store it was made from (checked too).",
         ),
     ] = None,
+    replay: Annotated[
+        bool,
+        typer.Option(
+            "--replay",
+            help="Re-run every episode of a deterministic environment from its record and "
+            "fail where the env gives other observations, rewards, ends or tool outcomes.",
+        ),
+    ] = False,
     rescore: Annotated[
         str | None,
         typer.Option(
@@ -89,12 +90,22 @@ def check_command(
             "disagreed with the trainer's weights of the version they claim.",
         ),
     ] = None,
-    against: Annotated[
-        Path | None,
+    require_verified: Annotated[
+        bool | None,
         typer.Option(
-            metavar="STORE",
-            help="Another trajectory store: fail where its reward code (function, version, "
-            "code hash, judge settings) differs from this one's.",
+            "--require-verified/--no-require-verified",
+            help="Fail trained turns whose weights proof is lost, failed or missing (default: "
+            "on when the store carries proofs).",
+            show_default=False,
+        ),
+    ] = None,
+    against: Annotated[
+        str | None,
+        typer.Option(
+            metavar="STORE|VERSION",
+            help="Another trajectory store: fail where its reward code differs from this "
+            "one's. Or a reward version (2, or NAME@2): regrade under the installed code of "
+            "that version where it differs from the recorded code (with --replay).",
         ),
     ] = None,
     max_tool_parse_failures: Annotated[
@@ -107,6 +118,14 @@ def check_command(
             max=1.0,
         ),
     ] = 0.02,
+    health: Annotated[
+        str,
+        typer.Option(
+            metavar="fail|warn",
+            help="What a run-health failure (no tool call, many parse failures, groups "
+            "without a learning signal, judges without a verdict) does: fail, or warn.",
+        ),
+    ] = "fail",
     card: Annotated[
         str | None,
         typer.Option(
@@ -117,114 +136,91 @@ def check_command(
     ] = None,
 ) -> None:
     """Check that a run's data lines up before training on it; exit 1 on any failure."""
-    from agentenvs.rollout.inspect.check import check_file, check_records, file_kind
-    from agentenvs.rollout.inspect.rescore import load_rescorer
-    from agentenvs.rollout.weights.drift import read_drift
+    from agentenvs.rollout.cli.check_output import print_report
+    from agentenvs.rollout.inspect.options import CheckOptions
 
     with friendly_errors():
-        if file.is_dir():
-            raise CLIError(f"{file}: is a directory; pass a trajectory store or a samples file")
-        if not file.is_file():
-            raise CLIError(f"cannot read {file}: no such file")
-        try:
-            kind = file_kind(file)
-        except (OSError, UnicodeDecodeError, ValueError) as error:
-            raise CLIError(one_line(str(error))) from None
-        try:
-            rescorer = load_rescorer(rescore, rescore_dtype) if rescore else None
-        except (OSError, ValueError) as error:
-            raise CLIError(f"cannot rescore with {rescore!r}: {one_line(str(error))}") from None
-        try:
-            if kind == "trajectories":
-                contents = read_store_warning(file)  # torn lines: one warning each
-                tok, _ = load_view_tokenizer(contents.records, tokenizer)
-                report = check_records(
-                    contents.latest(),  # a failure a rerun fixed is not a failure
-                    source=str(file),
-                    tokenizer=tok,
-                    current_version=current_version,
-                    max_staleness=max_staleness,
-                    text_trainer=text_trainer,
-                    drift=read_drift(drift) if drift is not None else None,
-                    every_line=contents.records,  # a group stored twice is caught
-                    rescorer=rescorer,
-                    max_tool_parse_failures=max_tool_parse_failures,
-                )
-                if contents.problems:
-                    report.stats["skipped_lines"] = len(contents.problems)
-                if against is not None:
-                    report.findings += _against(contents.latest(), against)
-                if card is not None:
-                    from agentenvs.rollout.presets.card import card_findings
-
-                    report.findings += card_findings(contents.latest(), card, tok)
-            else:
-                if card is not None:
-                    raise CLIError("--card compares a trajectory store, not a samples file")
-                if against is not None:
-                    raise CLIError("--against compares trajectory stores, not a samples file")
-                report = check_file(
-                    file,
-                    tokenizer=load_tokenizer_or_fail(tokenizer) if tokenizer else None,
-                    current_version=current_version,
-                    max_staleness=max_staleness,
-                    text_trainer=text_trainer,
-                    reference=store,
-                    rescorer=rescorer,
-                )
-        except (ValueError, KeyError) as error:
-            text = one_line(str(error))
-            raise CLIError(text if text.startswith(str(file)) else f"{file}: {text}") from None
-    if json_output:
-        payload = {
-            "source": report.source,
-            "kind": report.kind,
-            "ok": report.ok,
-            "stats": report.stats,
-            "findings": [vars(f) for f in report.findings],
-        }
-        sys.stdout.write(json.dumps(payload, sort_keys=True) + "\n")
-    else:
-        out.print(findings_table(report, f"agentenvs check: {file} ({report.kind})"))
-        out.print(verdict_table(report))
+        if health not in ("fail", "warn"):
+            raise CLIError(f"--health takes fail or warn, not {health!r}")
+        against_store = _against_store(against)
+        options = CheckOptions(
+            current_version=current_version,
+            max_staleness=max_staleness,
+            text_trainer=text_trainer,
+            max_tool_parse_failures=max_tool_parse_failures,
+            replay=replay,
+            require_verified=require_verified,
+            health=_health(health),
+            against_version=None if against_store is not None else against,
+        )
+        report = _run(file, options, _Sources(tokenizer, store, drift, against_store, card),
+                      rescore, rescore_dtype)  # fmt: skip
+    print_report(report, file, json_output)
     if not report.ok:
         raise typer.Exit(EXIT_FAILED_GROUPS)
 
 
-def _against(records: Any, other: Path) -> list[Any]:
-    """The reward-identity comparison with another store (``--against``)."""
-    from agentenvs.rollout.inspect.reward_checks import compare_reward_identities
-
-    if not other.is_file():
-        raise CLIError(f"cannot read {other}: no such file")
-    return compare_reward_identities(records, read_store_warning(other).latest(), str(other))
+def _health(value: str) -> Literal["fail", "warn"]:
+    return "warn" if value == "warn" else "fail"
 
 
-def findings_table(report: Any, title: str) -> Table:
-    table = Table(title=title)
-    for column in ("check", "status", "detail", "first offender"):
-        table.add_column(column, overflow="fold")
-    for finding in report.findings:
-        style = _STATUS_STYLE[finding.status]
-        table.add_row(
-            finding.check, f"[{style}]{finding.status}[/]", escape(finding.detail), finding.where
-        )
-    return table
+def _against_store(against: str | None) -> Path | None:
+    """``--against`` names a store when it is a file; a version otherwise (a value that
+    looks like a path but names no file is refused)."""
+    if against is None:
+        return None
+    path = Path(against).expanduser()
+    if path.is_file():
+        return path
+    if "/" in against or against.endswith((".jsonl", ".json")):
+        raise CLIError(f"cannot read {against}: no such file")
+    return None
 
 
-def verdict_table(report: Any) -> Table:
-    """The verdict and the counts behind it, as a table (not a Python dict)."""
-    verdict = "[green]all checks passed[/]" if report.ok else "[bold red]checks failed[/]"
-    table = Table(show_header=False, title=verdict)
-    table.add_column("", style="bold")
-    table.add_column("", justify="right")
-    statuses = Counter(f.status for f in report.findings)
-    for status in ("fail", "warn", "pass", "info", "skip"):
-        if statuses[status]:
-            table.add_row(f"checks {status}", str(statuses[status]))
-    for key, value in report.stats.items():
-        table.add_row(str(key).replace("_", " "), str(value))
-    return table
+@dataclass(frozen=True)
+class _Sources:
+    """The files and names a check reads besides FILE."""
+
+    tokenizer: str | None
+    store: Path | None
+    drift: Path | None
+    against: Path | None
+    card: str | None
+
+
+def _run(file: Path, options: Any, sources: _Sources, rescore: str | None, dtype: str) -> Any:
+    from agentenvs.rollout.cli.check_sources import check_a_store, readable_kind, rescorer_for
+    from agentenvs.rollout.inspect.check import check_handoff
+    from agentenvs.rollout.inspect.vocab import load_check_tokenizer
+
+    kind = readable_kind(file)
+    rescorer = rescorer_for(rescore, dtype)
+    try:
+        if kind == "trajectories":
+            return check_a_store(file, options, sources, rescorer)
+        if sources.card is not None:
+            raise CLIError("--card compares a trajectory store, not a hand-off")
+        if sources.against is not None:
+            raise CLIError("--against STORE compares trajectory stores, not a hand-off")
+        if sources.store is not None and not sources.store.is_file():
+            raise CLIError(f"cannot read {sources.store}: no such file")
+        tok = _tokenizer(load_check_tokenizer, sources.tokenizer) if sources.tokenizer else None
+        if tok is None and sources.store is not None:
+            from agentenvs.rollout.cli.check_sources import store_tokenizer
+
+            tok = store_tokenizer(sources.store, None)
+        return check_handoff(file, kind, options, tokenizer=tok, reference=sources.store,
+                             rescorer=rescorer)  # fmt: skip
+    except (ValueError, KeyError) as error:
+        text = one_line(str(error))
+        raise CLIError(text if text.startswith(str(file)) else f"{file}: {text}") from None
+
+
+def _tokenizer(loader: Any, spec: str) -> Any:
+    try:
+        return loader(spec)
+    except Exception as error:  # transformers raises OSError, ValueError, ...
+        raise CLIError(f"cannot load tokenizer {spec!r}: {one_line(str(error))[:300]}") from None
 
 
 def check_template_command(

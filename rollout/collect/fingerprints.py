@@ -5,9 +5,10 @@ one position inside an action, one extra token appended to an observation under 
 continuation renderer (which has no end-of-turn marker to move), rewards swapped
 between two trajectories together with their advantages. The data alone cannot
 show these; a record of what the collector saw can. Per trajectory it keeps the
-number of training samples it cuts into, and per turn the observation's shape
-(how many tokens it kept from the previous context, how many it added, a digest of
-the added ones), a digest of the sampled ids and logprobs, and the step reward.
+number of training samples it cuts into and how its episode ended, and per turn the
+observation's shape (how many tokens it kept from the previous context, how many it
+added, a digest of the added ones), a digest of the sampled ids and logprobs, the
+step reward, the sampler's stop reason and whether the step ended the episode.
 Digests are of the raw values (64-bit ids, IEEE doubles), so they are exact and
 cost one pass over each token; ``agentenvs check`` recomputes them and names the
 first turn that differs.
@@ -23,10 +24,16 @@ from typing import Any
 from agentenvs.envs.types import Trajectory, TrajectoryGroup
 from agentenvs.rollout.data.samples import PARSE_ERROR_MASKED_METRIC
 
-FINGERPRINT_VERSION = 1
+FINGERPRINT_VERSION = 2
+"""2 adds each turn's sampler stop and done flag, a float32 digest of its action, and
+each trajectory's end (``end``)."""
+READABLE_FINGERPRINTS = (1, FINGERPRINT_VERSION)
+"""Versions ``agentenvs check`` compares (a version-1 record has no stop, done or end)."""
 
-KEPT, ADDED, OB_DIGEST, ACTION_LENGTH, ACTION_DIGEST, REWARD, TRAINED = range(7)
-"""Fields of one turn's fingerprint, in order."""
+KEPT, ADDED, OB_DIGEST, ACTION_LENGTH, ACTION_DIGEST, REWARD, TRAINED, STOP, DONE = range(9)
+ACTION_DIGEST32 = 9
+"""Fields of one turn's fingerprint, in order (``STOP``, ``DONE`` and ``ACTION_DIGEST32``
+from version 2)."""
 
 
 def digest_ids(tokens: Sequence[int]) -> str:
@@ -40,6 +47,14 @@ def digest_action(tokens: Sequence[int], logprobs: Sequence[float] | None) -> st
     return h.hexdigest()[:16]
 
 
+def digest_action32(tokens: Sequence[int], logprobs: Sequence[float] | None) -> str:
+    """:func:`digest_action` with the logprobs rounded to float32: what a hand-off that
+    holds them at float32 (a verl batch, Tinker datums) is compared with."""
+    h = hashlib.sha256(array("q", tokens).tobytes())
+    h.update(b"|" if logprobs is None else array("f", [float(x) for x in logprobs]).tobytes())
+    return h.hexdigest()[:16]
+
+
 def observation_split(context: Sequence[int], ob: Sequence[int]) -> int:
     """How many leading tokens of ``ob`` are the previous context (0 after a break):
     the rule the store's delta encoding and the sample cutter both use."""
@@ -49,8 +64,9 @@ def observation_split(context: Sequence[int], ob: Sequence[int]) -> int:
 
 def turn_fingerprints(traj: Trajectory) -> tuple[int, list[list[Any]]]:
     """``(samples, turns)``: each turn as ``[kept, added, digest of added, action
-    length, digest of action, reward, trained]`` (``trained``: 0 for an action the
-    loss leaves out, ``parse_error_masked``)."""
+    length, digest of action, reward, trained, sampler stop, done, float32 digest of
+    action]`` (``trained``: 0 for an action the loss leaves out,
+    ``parse_error_masked``; ``done``: 1 on the step that ended the episode)."""
     turns: list[list[Any]] = []
     context: list[int] = []
     samples = 0
@@ -68,6 +84,9 @@ def turn_fingerprints(traj: Trajectory) -> tuple[int, list[list[Any]]]:
                 digest_action(tr.ac.tokens, tr.ac.logprobs),
                 float(tr.reward),
                 int(float(tr.metrics.get(PARSE_ERROR_MASKED_METRIC, 0.0)) < 1.0),
+                str(tr.ac.stop_reason),
+                int(bool(tr.episode_done)),
+                digest_action32(tr.ac.tokens, tr.ac.logprobs),
             ]
         )
         context = list(tr.ob) + list(tr.ac.tokens)
@@ -79,7 +98,7 @@ def group_fingerprint(group: TrajectoryGroup) -> dict[str, Any]:
     trajectories = []
     for traj in group.trajectories:
         samples, turns = turn_fingerprints(traj)
-        trajectories.append({"samples": samples, "turns": turns})
+        trajectories.append({"samples": samples, "turns": turns, "end": traj.stop_reason})
     return {
         "version": FINGERPRINT_VERSION,
         "trajectories": trajectories,
@@ -90,11 +109,13 @@ def group_fingerprint(group: TrajectoryGroup) -> dict[str, Any]:
 def sample_fingerprints(trajectory: dict[str, Any], total_reward: float) -> list[dict[str, Any]]:
     """One collected trajectory's fingerprint (an entry of ``group_fingerprint``'s
     ``trajectories``) split per training sample, each with the trajectory's total
-    reward: what a hand-off line carries so it can be checked without its store."""
+    reward and how its episode ended: what a hand-off line carries so it can be
+    checked without its store."""
     parts: list[dict[str, Any]] = []
+    end = {"end": trajectory["end"]} if "end" in trajectory else {}
     for turn in trajectory.get("turns") or []:
         if turn[KEPT] == 0 or not parts:
-            parts.append({"reward": float(total_reward), "turns": []})
+            parts.append({"reward": float(total_reward), "turns": [], **end})
         parts[-1]["turns"].append(list(turn))
     return parts
 

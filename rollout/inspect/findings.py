@@ -39,6 +39,16 @@ Status = Literal["pass", "fail", "warn", "info", "skip"]
 """``info`` states a fact a user may want (text round-trip differences) without
 judging the data; it never fails a run."""
 
+Kind = Literal["integrity", "health"]
+"""What a finding is about. ``integrity``: whether the data is what was collected and
+what a trainer should train on (tokens, masks, logprobs, versions, rewards, coverage).
+``health``: whether the run went well (no tool call attempted, many parse failures,
+groups without a learning signal, judges without a verdict): the data is faithful,
+the run may not be worth training on. Both fail by default; ``--health warn``
+downgrades health failures to warnings."""
+
+HEALTH_DOWNGRADED = " (run health; downgraded to a warning by --health warn)"
+
 
 @dataclass
 class Finding:
@@ -50,6 +60,12 @@ class Finding:
     tokens: tuple[int, int] | None = None
     """First and last token of the span the offender is in, when a check can narrow it
     only that far (a digest says a span changed, not which of its tokens)."""
+    kind: Kind = "integrity"
+
+
+def health(check: Check, status: Status, detail: str, where: str = "") -> Finding:
+    """A run-health finding (see :data:`Kind`)."""
+    return Finding(check, status, detail, where, kind="health")
 
 
 @dataclass
@@ -62,6 +78,21 @@ class CheckReport:
     @property
     def ok(self) -> bool:
         return not any(f.status == "fail" for f in self.findings)
+
+    def failed_kinds(self) -> dict[str, int]:
+        """Failures per kind, integrity first: what the summary says failed."""
+        counts = {kind: 0 for kind in ("integrity", "health")}
+        for finding in self.findings:
+            if finding.status == "fail":
+                counts[finding.kind] += 1
+        return {kind: n for kind, n in counts.items() if n}
+
+    def downgrade_health(self) -> None:
+        """Turn health failures into warnings (``--health warn``), saying so in each."""
+        for finding in self.findings:
+            if finding.kind == "health" and finding.status == "fail":
+                finding.status = "warn"
+                finding.detail += HEALTH_DOWNGRADED
 
     def by_check(self, name: Check) -> list[Finding]:
         return [f for f in self.findings if f.check == name]

@@ -21,20 +21,23 @@ from typing import Any
 
 from agentenvs.rollout.collect.fingerprints import (
     ACTION_DIGEST,
+    ACTION_DIGEST32,
     ACTION_LENGTH,
     ADDED,
-    FINGERPRINT_VERSION,
     KEPT,
     OB_DIGEST,
+    READABLE_FINGERPRINTS,
     REWARD,
     TRAINED,
     digest_action,
+    digest_action32,
     digest_ids,
     observation_split,
 )
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.data.samples import TrainingSample
 from agentenvs.rollout.inspect.findings import Check, Finding
+from agentenvs.rollout.inspect.groups import FirstFailure, GroupView
 
 
 def _where(record: GroupRecord, t: int, sample: int, turn: int) -> str:
@@ -59,14 +62,30 @@ NO_LOGPROBS_CLAIMED = (
 
 
 def _action_problem(
-    tokens: Sequence[int], logprobs: Sequence[float] | None, want: Sequence[Any]
+    tokens: Sequence[int],
+    logprobs: Sequence[float] | None,
+    want: Sequence[Any],
+    *,
+    float32: bool = False,
 ) -> str | None:
-    if len(tokens) != want[ACTION_LENGTH] or digest_action(tokens, logprobs) != want[ACTION_DIGEST]:
-        return (
-            "the sampled ids or logprobs differ from the ones collected: shifted or edited "
-            "after sampling"
-        )
-    return None
+    """Why an action is not the one collected. ``float32``: the form holds logprobs at
+    float32 (a verl batch, Tinker datums), compared with the record's float32 digest."""
+    if (
+        len(tokens) == want[ACTION_LENGTH]
+        and digest_action(tokens, logprobs) == want[ACTION_DIGEST]
+    ):
+        return None
+    if (
+        float32
+        and len(want) > ACTION_DIGEST32
+        and len(tokens) == want[ACTION_LENGTH]
+        and digest_action32(tokens, logprobs) == want[ACTION_DIGEST32]
+    ):
+        return None
+    return (
+        "the sampled ids or logprobs differ from the ones collected: shifted or edited after "
+        "sampling"
+    )
 
 
 def _trajectory_problem(
@@ -114,91 +133,84 @@ def _trajectory_problem(
     return None
 
 
-def check_collected(records: Sequence[GroupRecord]) -> list[Finding]:
+def _collected_problem(record: GroupRecord) -> Finding | None:
+    """The first place ``record`` departs from what the collector recorded."""
+    assert record.group is not None
+    recorded = record.collected or {}
+    kept = recorded.get("trajectories") or []
+    trajectories = record.group.trajectories
+    if len(kept) != len(trajectories):
+        return Finding(
+            Check.FIXED_TRAJECTORY,
+            "fail",
+            f"{len(trajectories)} trajectories but {len(kept)} were collected",
+            f"group {record.key}",
+        )
+    for t, (traj, want) in enumerate(zip(trajectories, kept, strict=True)):
+        problem = _trajectory_problem(record, t, traj, want)
+        if problem is not None:
+            return problem
+    group_rewards = [float(r) for r in record.group.group_rewards]
+    collected = [float(r) for r in recorded.get("group_rewards", group_rewards)]
+    if group_rewards != collected:
+        t = next(
+            (i for i, (a, b) in enumerate(zip(group_rewards, collected, strict=False)) if a != b),
+            min(len(group_rewards), len(collected)),
+        )
+        return Finding(
+            Check.LOSS_INPUTS,
+            "fail",
+            f"group rewards {group_rewards} but {collected} were collected",
+            f"group {record.key} traj {t}",
+        )
+    return None
+
+
+class CollectedCheck:
     """Each trajectory is what the collector recorded when it made the group."""
-    checked = unrecorded = 0
-    for record in records:
-        assert record.group is not None
-        recorded = record.collected or {}
-        if recorded.get("version") != FINGERPRINT_VERSION:
-            unrecorded += 1
-            continue
-        checked += 1
-        kept = recorded.get("trajectories") or []
-        trajectories = record.group.trajectories
-        if len(kept) != len(trajectories):
+
+    def __init__(self) -> None:
+        self.checked = self.unrecorded = 0
+        self.first = FirstFailure()
+
+    def add(self, view: GroupView) -> None:
+        self.add_record(view.record)
+
+    def add_record(self, record: GroupRecord) -> None:
+        if (record.collected or {}).get("version") not in READABLE_FINGERPRINTS:
+            self.unrecorded += 1
+            return
+        self.checked += 1
+        if not self.first.found:
+            self.first.keep(_collected_problem(record))
+
+    def findings(self) -> list[Finding]:
+        if self.first.finding is not None:
+            return [self.first.finding]
+        if not self.checked:
             return [
                 Finding(
                     Check.FIXED_TRAJECTORY,
-                    "fail",
-                    f"{len(trajectories)} trajectories but {len(kept)} were collected",
-                    f"group {record.key}",
+                    "skip",
+                    "not recorded: the store predates collection fingerprints, so observation "
+                    "lengths, sampled logprobs and rewards are not compared with collection",
                 )
             ]
-        for t, (traj, want) in enumerate(zip(trajectories, kept, strict=True)):
-            problem = _trajectory_problem(record, t, traj, want)
-            if problem is not None:
-                return [problem]
-        group_rewards = [float(r) for r in record.group.group_rewards]
-        collected = [float(r) for r in recorded.get("group_rewards", group_rewards)]
-        if group_rewards != collected:
-            t = next(
-                (
-                    i
-                    for i, (a, b) in enumerate(zip(group_rewards, collected, strict=False))
-                    if a != b
-                ),
-                min(len(group_rewards), len(collected)),
-            )
-            return [
-                Finding(
-                    Check.LOSS_INPUTS,
-                    "fail",
-                    f"group rewards {group_rewards} but {collected} were collected",
-                    f"group {record.key} traj {t}",
-                )
-            ]
-    if not checked:
-        return [
-            Finding(
-                Check.FIXED_TRAJECTORY,
-                "skip",
-                "not recorded: the store predates collection fingerprints, so observation "
-                "lengths, sampled logprobs and rewards are not compared with collection",
-            )
-        ]
-    detail = (
-        f"{checked} groups are what the collector recorded (observations, sampled ids and "
-        "logprobs, step rewards, samples per trajectory)"
-    )
-    if unrecorded:
-        detail += f"; {unrecorded} groups predate the record (not recorded)"
-    return [Finding(Check.FIXED_TRAJECTORY, "pass", detail)]
+        detail = (
+            f"{self.checked} groups are what the collector recorded (observations, sampled ids "
+            "and logprobs, step rewards, samples per trajectory)"
+        )
+        if self.unrecorded:
+            detail += f"; {self.unrecorded} groups predate the record (not recorded)"
+        return [Finding(Check.FIXED_TRAJECTORY, "pass", detail)]
 
 
-def check_duplicates(records: Sequence[GroupRecord]) -> Finding:
-    """No group is stored ok twice: reading keeps one record per (run, key), but a
-    consumer that reads line by line trains on both."""
-    seen: dict[tuple[str, str], int] = {}
-    for line, record in enumerate(records, start=1):
-        if record.status != "ok":
-            continue
-        slot = (str(record.run.get("fingerprint", "")), record.key)
-        if slot in seen:
-            first = records[seen[slot] - 1]
-            exact = json.dumps(first.to_json(), sort_keys=True) == json.dumps(
-                record.to_json(), sort_keys=True
-            )
-            how = "an exact duplicate of" if exact else "a second ok record for the key of"
-            return Finding(
-                Check.FIXED_INPUT,
-                "fail",
-                f"record {line} is {how} record {seen[slot]}: a reader that goes line by "
-                "line trains on the group twice",
-                f"group {record.key}",
-            )
-        seen[slot] = line
-    return Finding(Check.FIXED_INPUT, "pass", f"{len(seen)} groups, each stored once")
+def check_collected(records: Sequence[GroupRecord]) -> list[Finding]:
+    """:class:`CollectedCheck` over a list of ok records."""
+    check = CollectedCheck()
+    for record in records:
+        check.add_record(record)
+    return check.findings()
 
 
 def _config_hash(config: dict[str, Any]) -> str:
@@ -209,69 +221,68 @@ def _config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(dumped, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def check_record_facts(records: Sequence[GroupRecord]) -> list[Finding]:
-    """Stored totals, config hashes and group sizes agree with what they summarise."""
-    findings: list[Finding] = []
-    for record in records:
-        assert record.group is not None
-        stored = record.stored_total_rewards
-        if stored is not None:
-            steps = record.group.total_rewards()
-            for t, (got, want) in enumerate(zip(stored, steps, strict=False)):
-                if not math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-9):
-                    findings.append(
-                        Finding(
-                            Check.LOSS_INPUTS,
-                            "fail",
-                            f"stored total reward {got:.6g} but the steps and group reward "
-                            f"sum to {want:.6g}",
-                            f"group {record.key} traj {t}",
-                        )
-                    )
-                    break
-            if len(stored) != len(steps) and not findings:
-                findings.append(
-                    Finding(
-                        Check.LOSS_INPUTS,
-                        "fail",
-                        f"{len(stored)} stored total rewards for {len(steps)} trajectories",
-                        f"group {record.key}",
-                    )
-                )
-        env = record.provenance.get("env") or {}
-        if isinstance(env.get("config"), dict) and env.get("config_sha256"):
-            again = _config_hash(env["config"])
-            if again != env["config_sha256"]:
-                findings.append(
-                    Finding(
-                        Check.FIXED_INPUT,
-                        "fail",
-                        f"env config hashes to {again}, but config_sha256 says "
-                        f"{env['config_sha256']}: the config was edited after collection",
-                        f"group {record.key}",
-                    )
-                )
-        size = record.run.get("group_size")
-        tree = record.extra.get("tree")
-        if isinstance(size, int) and not tree and len(record.group.trajectories) != size:
-            findings.append(
-                Finding(
-                    Check.FIXED_INPUT,
+def _facts_problem(record: GroupRecord) -> Finding | None:
+    assert record.group is not None
+    stored = record.stored_total_rewards
+    if stored is not None:
+        steps = record.group.total_rewards()
+        for t, (got, want) in enumerate(zip(stored, steps, strict=False)):
+            if not math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-9):
+                return Finding(
+                    Check.LOSS_INPUTS,
                     "fail",
-                    f"{len(record.group.trajectories)} trajectories in a run of group size {size}",
-                    f"group {record.key}",
+                    f"stored total reward {got:.6g} but the steps and group reward sum to "
+                    f"{want:.6g}",
+                    f"group {record.key} traj {t}",
                 )
+        if len(stored) != len(steps):
+            return Finding(
+                Check.LOSS_INPUTS,
+                "fail",
+                f"{len(stored)} stored total rewards for {len(steps)} trajectories",
+                f"group {record.key}",
             )
-        if findings:
-            return findings[:1]
-    sizes = Counter(len(r.group.trajectories) for r in records if r.group is not None)
-    return [
-        Finding(
+    env = record.provenance.get("env") or {}
+    if isinstance(env.get("config"), dict) and env.get("config_sha256"):
+        again = _config_hash(env["config"])
+        if again != env["config_sha256"]:
+            return Finding(
+                Check.FIXED_INPUT,
+                "fail",
+                f"env config hashes to {again}, but config_sha256 says {env['config_sha256']}: "
+                "the config was edited after collection",
+                f"group {record.key}",
+            )
+    size = record.run.get("group_size")
+    tree = record.extra.get("tree")
+    if isinstance(size, int) and not tree and len(record.group.trajectories) != size:
+        return Finding(
             Check.FIXED_INPUT,
-            "pass",
-            f"stored totals, config hashes and group sizes ({dict(sizes)}) agree",
+            "fail",
+            f"{len(record.group.trajectories)} trajectories in a run of group size {size}",
+            f"group {record.key}",
         )
-    ]
+    return None
+
+
+class RecordFactsCheck:
+    """Stored totals, config hashes and group sizes agree with what they summarise."""
+
+    def __init__(self) -> None:
+        self.sizes: Counter[int] = Counter()
+        self.first = FirstFailure()
+
+    def add(self, view: GroupView) -> None:
+        assert view.record.group is not None
+        self.sizes[len(view.record.group.trajectories)] += 1
+        if not self.first.found:
+            self.first.keep(_facts_problem(view.record))
+
+    def findings(self) -> list[Finding]:
+        if self.first.finding is not None:
+            return [self.first.finding]
+        detail = f"stored totals, config hashes and group sizes ({dict(self.sizes)}) agree"
+        return [Finding(Check.FIXED_INPUT, "pass", detail)]
 
 
 def _sample_problem(s: TrainingSample) -> tuple[int | None, str, tuple[int, int] | None] | None:
@@ -304,7 +315,8 @@ def _sample_problem(s: TrainingSample) -> tuple[int | None, str, tuple[int, int]
             if s.has_logprobs and end > pos:  # an empty action does not clear the flag
                 return pos, f"turn {turn}: {NO_LOGPROBS_CLAIMED}", (pos, end - 1)
             logprobs = None
-        if problem := _action_problem(s.tokens[pos:end], logprobs, want):
+        # A hand-off may hold logprobs at float32 (verl, Tinker): equal at that precision.
+        if problem := _action_problem(s.tokens[pos:end], logprobs, want, float32=True):
             return pos, f"turn {turn}: {problem}", (pos, end - 1)
         if s.loss_mask[pos:end] != [int(want[TRAINED])] * (end - pos):
             at = pos + next(
@@ -315,7 +327,7 @@ def _sample_problem(s: TrainingSample) -> tuple[int | None, str, tuple[int, int]
     if pos != n:
         return pos, f"{n - pos} tokens after the last collected turn", (pos, n - 1)
     reward = float(s.collected.get("reward", s.reward))
-    if not math.isclose(s.reward, reward, rel_tol=1e-9, abs_tol=1e-9):
+    if not math.isclose(s.reward, reward, rel_tol=1e-6, abs_tol=1e-7):  # float32 forms
         return (
             None,
             (

@@ -14,6 +14,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.data.advantages import ESTIMATORS, STEP_ESTIMATORS, group_advantages
 from agentenvs.rollout.data.samples import TrainingSample, trajectory_to_samples
@@ -42,58 +44,73 @@ def _sample_where(sample: TrainingSample, position: int | None = None, key: str 
     return head if position is None else f"{head} token {position}"
 
 
+def _numbers(values: Sequence[Any]) -> np.ndarray | None:
+    """``values`` as a float array, or None when one is no number (then checked one by one)."""
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+
+
+def first_logprob_problem(values: Sequence[Any]) -> tuple[int, str] | None:
+    """The first value that is no sampler logprob (:func:`logprob_problem`), vectorised."""
+    array = _numbers(values)
+    if array is not None and array.ndim == 1:
+        bad = np.flatnonzero(~np.isfinite(array) | (array > LOGPROB_ROUNDING))
+        if not bad.size:
+            return None
+        values = values[int(bad[0]) :]
+        offset = int(bad[0])
+    else:
+        offset = 0
+    for pos, value in enumerate(values):
+        if problem := logprob_problem(value):
+            return offset + pos, problem
+    return None
+
+
+def _alignment_problem(s: TrainingSample) -> tuple[int | None, str] | None:
+    n = len(s.tokens)
+    lengths = {"loss_mask": len(s.loss_mask), "logprobs": len(s.logprobs), "advantages": len(s.advantages)}  # fmt: skip
+    bad = {k: v for k, v in lengths.items() if v != n}
+    if bad:
+        return None, f"{n} tokens but {bad}: per-token lists do not line up"
+    mask = _numbers(s.loss_mask)
+    if mask is None or np.any((mask != 0) & (mask != 1)):
+        pos = next(i for i, m in enumerate(s.loss_mask) if m not in (0, 1))
+        return pos, f"mask value {s.loss_mask[pos]!r}"
+    trained = mask == 1
+    found = first_logprob_problem([s.logprobs[i] for i in np.flatnonzero(trained)])
+    if found is not None:
+        pos = int(np.flatnonzero(trained)[found[0]])
+        return pos, found[1]
+    logprobs = _numbers(s.logprobs)
+    if logprobs is not None:
+        stray = np.flatnonzero(~trained & (logprobs != 0.0))
+        if stray.size:
+            pos = int(stray[0])
+            return pos, (
+                f"logprob {s.logprobs[pos]:.4g} on a token outside the loss mask: logprobs are "
+                "shifted or the mask misses a sampled token"
+            )
+    in_loss = np.flatnonzero(trained)
+    if in_loss.size and in_loss[0] < s.prompt_length:
+        return int(in_loss[0]), (
+            f"loss mask covers a prompt token (the prompt has {s.prompt_length} tokens)"
+        )
+    if n and s.loss_mask[0] == 1:
+        return 0, "the first token is in the loss mask, but nothing predicts it (no context)"
+    return None
+
+
 def check_sample_alignment(samples: Sequence[TrainingSample], keys: Sequence[str] = ()) -> Finding:
     """Per-token lists line up, and nothing but sampled tokens carries loss or logprob."""
     for i, s in enumerate(samples):
-        key = keys[i] if i < len(keys) else ""
-        n = len(s.tokens)
-        lengths = {
-            "loss_mask": len(s.loss_mask),
-            "logprobs": len(s.logprobs),
-            "advantages": len(s.advantages),
-        }
-        bad = {k: v for k, v in lengths.items() if v != n}
-        if bad:
-            return Finding(
-                Check.FIXED_TRAJECTORY,
-                "fail",
-                f"{n} tokens but {bad}: per-token lists do not line up",
-                _sample_where(s, key=key),
-            )
-        for pos in range(n):
-            mask = s.loss_mask[pos]
-            if mask not in (0, 1):
-                return Finding(
-                    Check.FIXED_TRAJECTORY,
-                    "fail",
-                    f"mask value {mask!r}",
-                    _sample_where(s, pos, key),
-                )
-            if mask == 1 and (problem := logprob_problem(s.logprobs[pos])):
-                return Finding(Check.FIXED_TRAJECTORY, "fail", problem, _sample_where(s, pos, key))
-            if mask == 0 and s.logprobs[pos] != 0.0:
-                return Finding(
-                    Check.FIXED_TRAJECTORY,
-                    "fail",
-                    f"logprob {s.logprobs[pos]:.4g} on a token outside the loss mask: "
-                    "logprobs are shifted or the mask misses a sampled token",
-                    _sample_where(s, pos, key),
-                )
-        first_in_loss = next((i for i, m in enumerate(s.loss_mask) if m == 1), None)
-        if first_in_loss is not None and first_in_loss < s.prompt_length:
-            return Finding(
-                Check.FIXED_TRAJECTORY,
-                "fail",
-                f"loss mask covers a prompt token (the prompt has {s.prompt_length} tokens)",
-                _sample_where(s, first_in_loss, key),
-            )
-        if n and s.loss_mask[0] == 1:
-            return Finding(
-                Check.FIXED_TRAJECTORY,
-                "fail",
-                "the first token is in the loss mask, but nothing predicts it (no context)",
-                _sample_where(s, 0, key),
-            )
+        problem = _alignment_problem(s)
+        if problem is not None:
+            pos, why = problem
+            key = keys[i] if i < len(keys) else ""
+            return Finding(Check.FIXED_TRAJECTORY, "fail", why, _sample_where(s, pos, key))
     return Finding(
         Check.FIXED_TRAJECTORY,
         "pass",
@@ -198,31 +215,67 @@ def check_samples_against_store(
     samples: Sequence[TrainingSample],
     records: Sequence[GroupRecord],
     estimator: dict[str, Any] | None = None,
-) -> Finding:
+) -> list[Finding]:
     """Every sample of a hand-off is the store's: same tokens, mask 1 exactly on sampled
     ones, the sampler's logprobs, the trajectory's reward, and its stored advantage
-    when the hand-off names the store's ``estimator``.
+    when the hand-off names the store's ``estimator``; and every sample the store
+    trains on is in the hand-off (coverage both ways).
 
     The store knows which tokens were sampled (each transition's action), so this
     decides what a logprob value cannot; it holds the rewards, so rewards moved
-    between trajectories (with their advantages) show here.
+    between trajectories (with their advantages) show here; it holds every group, so
+    a group a converter dropped shows here.
     """
     derived = _store_samples(records, estimator)
     for s in samples:
         want = derived.get((s.group_index, s.traj_index, s.sample_index))
         if want is None:
-            return Finding(
-                Check.FIXED_TRAJECTORY, "fail", "a sample the store does not hold", _sample_where(s)
-            )
+            return [
+                Finding(
+                    Check.FIXED_TRAJECTORY, "fail", "a sample the store does not hold", _sample_where(s)
+                )
+            ]  # fmt: skip
         problem = _against(s, want)
         if problem is not None:
             pos, detail = problem
             check = Check.FIXED_TRAJECTORY if pos is not None else Check.LOSS_INPUTS
-            return Finding(check, "fail", detail, _sample_where(s, pos))
+            return [Finding(check, "fail", detail, _sample_where(s, pos))]
+    return [
+        Finding(
+            Check.FIXED_TRAJECTORY,
+            "pass",
+            f"{len(samples)} samples match the store's tokens, masks, logprobs, rewards and "
+            "advantages",
+        ),
+        check_coverage(samples, derived, records),
+    ]
+
+
+def check_coverage(
+    samples: Sequence[TrainingSample],
+    derived: dict[tuple[int, int, int], TrainingSample],
+    records: Sequence[GroupRecord],
+) -> Finding:
+    """Every sample the store trains on (one with a token in the loss) is in the
+    hand-off: a group, trajectory or sample lost on the way is named by its store key."""
+    present = {(s.group_index, s.traj_index, s.sample_index) for s in samples}
+    trained = [slot for slot, want in derived.items() if 1 in want.loss_mask]
+    missing = [slot for slot in trained if slot not in present]
+    if missing:
+        keys = [r.key for r in records if r.status == "ok" and r.group is not None]
+        g, t, n = missing[0]
+        groups = len({slot[0] for slot in missing})
+        return Finding(
+            Check.FIXED_TRAJECTORY,
+            "fail",
+            f"{len(missing)} trained samples of the store ({groups} groups) are not in the "
+            "hand-off: dropped on the way to the trainer",
+            f"group {keys[g] if g < len(keys) else g} traj {t} sample {n}",
+        )
     return Finding(
         Check.FIXED_TRAJECTORY,
         "pass",
-        f"{len(samples)} samples match the store's tokens, masks, logprobs, rewards and advantages",
+        f"coverage: all {len(trained)} trained samples of the store are in the hand-off",
     )
 
 
@@ -311,18 +364,26 @@ def is_per_step(estimator: dict[str, Any] | None) -> bool:
 
 
 def _masked_token_problem(s: TrainingSample) -> tuple[int, str] | None:
-    for pos, (mask, adv) in enumerate(zip(s.loss_mask, s.advantages, strict=False)):
-        if mask == 0 and adv != 0.0:
-            return pos, f"advantage {adv:.4g} on a masked (non-sampled) token"
-    return None
+    mask, advantages = _numbers(s.loss_mask), _numbers(s.advantages)
+    if mask is None or advantages is None or mask.shape != advantages.shape:
+        return None  # reported by the alignment check
+    found = np.flatnonzero((mask == 0) & (advantages != 0.0))
+    if not found.size:
+        return None
+    pos = int(found[0])
+    return pos, f"advantage {s.advantages[pos]:.4g} on a masked (non-sampled) token"
 
 
 def _scalar_problem(s: TrainingSample) -> tuple[int, str] | None:
     """One advantage per trajectory: every trained token carries ``s.advantage``."""
-    for pos, (mask, adv) in enumerate(zip(s.loss_mask, s.advantages, strict=False)):
-        if mask == 1 and abs(adv - s.advantage) > _TOLERANCE:
-            return pos, f"advantage {adv:.4g} differs from the trajectory's {s.advantage:.4g}"
-    return None
+    mask, advantages = _numbers(s.loss_mask), _numbers(s.advantages)
+    if mask is None or advantages is None or mask.shape != advantages.shape:
+        return None
+    found = np.flatnonzero((mask == 1) & ~(np.abs(advantages - s.advantage) <= _TOLERANCE))
+    if not found.size:
+        return None
+    pos = int(found[0])
+    return pos, f"advantage {s.advantages[pos]:.4g} differs from the trajectory's {s.advantage:.4g}"
 
 
 def _per_step_problem(s: TrainingSample) -> tuple[int, str] | None:

@@ -18,9 +18,10 @@ from typing import Any
 
 from agentenvs.envs.rendered_env import OBSERVATION_CONTROLS_LOG, PROMPT_CONTROLS_LOG
 from agentenvs.envs.tokenizing import EnvTextEncoder
-from agentenvs.rollout.collect.records import GroupRecord
-from agentenvs.rollout.data.samples import TrainingSample, trajectory_to_samples
+from agentenvs.rollout.data.samples import TrainingSample
+from agentenvs.rollout.inspect.codec import Codec
 from agentenvs.rollout.inspect.findings import Check, Finding
+from agentenvs.rollout.inspect.groups import FirstFailure, GroupView
 
 PREFIX_BREAK_METRIC = "renderer/prefix_breaks"
 
@@ -37,12 +38,6 @@ class NewTokens:
     recorded: str | None
     """The renderer's record of where it placed control tokens, if stored."""
     restart: bool
-
-
-def _trajectories(records: Sequence[GroupRecord]) -> Iterator[tuple[str, int, Any]]:
-    for record in records:
-        for t, traj in enumerate(record.group.trajectories if record.group else []):
-            yield record.key, t, traj
 
 
 def new_tokens(traj: Any) -> Iterator[NewTokens]:
@@ -62,64 +57,95 @@ def new_tokens(traj: Any) -> Iterator[NewTokens]:
         previous = ob + tr.ac.tokens
 
 
-def check_token_ids(records: Sequence[GroupRecord], tokenizer: Any) -> Finding:
+class TokenIdsCheck:
     """Every stored id is one the tokenizer has (padded embedding rows are not)."""
-    size = EnvTextEncoder.for_tokenizer(tokenizer).vocabulary_size or len(tokenizer)
-    for key, t, traj in _trajectories(records):
-        for turn, tr in enumerate(traj.transitions):
-            for what, tokens in (("sampled", tr.ac.tokens), ("observation", tr.ob)):
-                if tokens and max(tokens) >= size:
-                    pos = next(i for i, tok in enumerate(tokens) if tok >= size)
-                    return Finding(
-                        Check.FIXED_TRAJECTORY,
-                        "fail",
-                        f"{what} id {tokens[pos]} is outside the tokenizer's {size} ids "
-                        "(an embedding row past the vocabulary): it decodes to nothing",
-                        f"group {key} traj {t} turn {turn} {what} token {pos}",
-                    )
-    return Finding(Check.FIXED_TRAJECTORY, "pass", f"every id is within the {size}-id vocabulary")
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.size = EnvTextEncoder.for_tokenizer(tokenizer).vocabulary_size or len(tokenizer)
+        self.first = FirstFailure()
+
+    def add(self, view: GroupView) -> None:
+        if self.first.found:
+            return
+        size = self.size
+        for t, traj in view.trajectories():
+            for turn, tr in enumerate(traj.transitions):
+                for what, tokens in (("sampled", tr.ac.tokens), ("observation", tr.ob)):
+                    if tokens and max(tokens) >= size:
+                        pos = next(i for i, tok in enumerate(tokens) if tok >= size)
+                        self.first.keep(
+                            Finding(
+                                Check.FIXED_TRAJECTORY,
+                                "fail",
+                                f"{what} id {tokens[pos]} is outside the tokenizer's {size} ids "
+                                "(an embedding row past the vocabulary): it decodes to nothing",
+                                f"{view.where(t, turn)} {what} token {pos}",
+                            )
+                        )
+                        return
+
+    def findings(self) -> list[Finding]:
+        if self.first.finding is not None:
+            return [self.first.finding]
+        detail = f"every id is within the {self.size}-id vocabulary"
+        return [Finding(Check.FIXED_TRAJECTORY, "pass", detail)]
 
 
-def check_observation_controls(
-    records: Sequence[GroupRecord], tokenizer: Any, renderer: str | None
-) -> Finding:
+class ObservationControlsCheck:
     """A control id in an observation must be one the template's markup put there.
 
     The renderer records where it placed them; under the continuation renderer an
     appended observation is all environment text, so it holds none. Any other
     control id is environment text that became a control token.
     """
-    encoder = EnvTextEncoder.for_tokenizer(tokenizer)
-    checked = unverified = 0
-    for key, t, traj in _trajectories(records):
-        for span in new_tokens(traj):
-            found = encoder.control_positions(span.tokens)
-            if span.recorded is not None:
-                allowed = {int(p) for p in str(span.recorded).split(",") if p}
-            elif renderer == "continuation" and not span.restart:
-                allowed = set()
-            else:
-                unverified += 1
-                continue
-            checked += 1
-            extra = [p for p in found if p not in allowed]
-            if extra:
-                pos = extra[0]
-                token = span.tokens[pos]
-                return Finding(
-                    Check.FIXED_TRAJECTORY,
-                    "fail",
-                    f"control token {token} ({tokenizer.convert_ids_to_tokens(token)!r}) in an "
-                    "observation where the template placed none: environment text became a "
-                    "control token",
-                    f"group {key} traj {t} turn {span.turn} token {span.start + pos}",
-                )
-    if not checked:
-        return Finding(Check.FIXED_TRAJECTORY, "warn", "no control-token record to check against")
-    detail = f"{checked} observation spans hold only the template's control tokens"
-    if unverified:
-        detail += f" ({unverified} spans without a record not checked)"
-    return Finding(Check.FIXED_TRAJECTORY, "pass", detail)
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.encoder = EnvTextEncoder.for_tokenizer(tokenizer)
+        self.renderer: str | None = None
+        self.checked = self.unverified = 0
+        self.first = FirstFailure()
+
+    def add(self, view: GroupView) -> None:
+        if self.renderer is None:
+            self.renderer = (view.record.provenance.get("env") or {}).get("renderer") or ""
+        if self.first.found:
+            return
+        for t, traj in view.trajectories():
+            for span in new_tokens(traj):
+                if span.recorded is not None:
+                    allowed = {int(p) for p in str(span.recorded).split(",") if p}
+                elif self.renderer == "continuation" and not span.restart:
+                    allowed = set()
+                else:
+                    self.unverified += 1
+                    continue
+                self.checked += 1
+                extra = [p for p in self.encoder.control_positions(span.tokens) if p not in allowed]
+                if extra:
+                    token = span.tokens[extra[0]]
+                    name = self.tokenizer.convert_ids_to_tokens(token)
+                    self.first.keep(
+                        Finding(
+                            Check.FIXED_TRAJECTORY,
+                            "fail",
+                            f"control token {token} ({name!r}) in an observation where the "
+                            "template placed none: environment text became a control token",
+                            f"{view.where(t, span.turn)} token {span.start + extra[0]}",
+                        )
+                    )
+                    return
+
+    def findings(self) -> list[Finding]:
+        if self.first.finding is not None:
+            return [self.first.finding]
+        if not self.checked:
+            detail = "no control-token record to check against"
+            return [Finding(Check.FIXED_TRAJECTORY, "warn", detail)]
+        detail = f"{self.checked} observation spans hold only the template's control tokens"
+        if self.unverified:
+            detail += f" ({self.unverified} spans without a record not checked)"
+        return [Finding(Check.FIXED_TRAJECTORY, "pass", detail)]
 
 
 def _first_difference(a: Sequence[Any], b: Sequence[Any]) -> int:
@@ -128,100 +154,122 @@ def _first_difference(a: Sequence[Any], b: Sequence[Any]) -> int:
     )
 
 
-def check_split_points(records: Sequence[GroupRecord], tokenizer: Any) -> list[Finding]:
+class SplitPointsCheck:
     """Samples split exactly at the recorded prefix breaks, and each break is real."""
-    needless = None
-    breaks_total = 0
-    for key, t, traj in _trajectories(records):
-        try:
-            samples = trajectory_to_samples(traj, 0.0)
-        except ValueError:
-            continue  # logprobs do not fit; reported by fixed_trajectory
-        breaks = sum(1 for tr in traj.transitions if tr.metrics.get(PREFIX_BREAK_METRIC))
-        breaks_total += breaks
-        if len(samples) != 1 + breaks:
-            return [
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.codec = Codec.of(tokenizer) if tokenizer is not None else None
+        self.needless: str | None = None
+        self.breaks = 0
+        self.first = FirstFailure()
+
+    def add(self, view: GroupView) -> None:
+        if self.first.found:
+            return
+        counted: dict[int, int] = {}
+        for sample in view.samples:
+            counted[sample.traj_index] = counted.get(sample.traj_index, 0) + 1
+        for t, traj in view.trajectories():
+            if t not in counted:
+                continue  # logprobs that do not fit: reported by fixed_trajectory
+            breaks = sum(1 for tr in traj.transitions if tr.metrics.get(PREFIX_BREAK_METRIC))
+            self.breaks += breaks
+            if counted[t] != 1 + breaks:
+                self.first.keep(
+                    Finding(
+                        Check.RE_RENDERING,
+                        "fail",
+                        f"{counted[t]} samples but {breaks} recorded prefix breaks: the context "
+                        "was rewritten without the collector knowing",
+                        view.where(t),
+                    )
+                )
+                return
+            if breaks and self.needless is None and self.codec is not None:
+                self.needless = _needless_break(traj, self.codec, view.where(t))
+
+    def findings(self) -> list[Finding]:
+        if self.first.finding is not None:
+            return [self.first.finding]
+        found = []
+        if self.needless is not None:
+            found.append(
                 Finding(
                     Check.RE_RENDERING,
-                    "fail",
-                    f"{len(samples)} samples but {breaks} recorded prefix breaks: the context "
-                    "was rewritten without the collector knowing",
-                    f"group {key} traj {t}",
+                    "warn",
+                    "a prefix break where the new context's text extends the old one: the "
+                    "renderer re-encoded a context it could have extended",
+                    self.needless,
                 )
-            ]
-        if breaks and needless is None:
-            needless = _needless_break(traj, tokenizer, key, t)
-    findings = []
-    if needless is not None:
-        findings.append(
-            Finding(
-                Check.RE_RENDERING,
-                "warn",
-                "a prefix break where the new context's text extends the old one: the "
-                "renderer re-encoded a context it could have extended",
-                needless,
             )
+        detail = (
+            f"samples split exactly at the {self.breaks} recorded prefix breaks; every sample "
+            "holds the tokens the policy saw and sampled"
         )
-    findings.append(
-        Finding(
-            Check.RE_RENDERING,
-            "pass",
-            f"samples split exactly at the {breaks_total} recorded prefix breaks; every sample "
-            "holds the tokens the policy saw and sampled",
-        )
-    )
-    return findings
+        return [*found, Finding(Check.RE_RENDERING, "pass", detail)]
 
 
-def _needless_break(traj: Any, tokenizer: Any, key: str, t: int) -> str | None:
+def _needless_break(traj: Any, codec: Codec, where: str) -> str | None:
     for span in new_tokens(traj):
         if span.restart and span.turn > 0:
             before = traj.transitions[span.turn - 1]
-            old = tokenizer.decode(before.ob + before.ac.tokens, skip_special_tokens=False)
-            new = tokenizer.decode(span.tokens, skip_special_tokens=False)
-            if new.startswith(old):
-                return f"group {key} traj {t} turn {span.turn}"
+            old = codec.decode(before.ob + before.ac.tokens)
+            if codec.decode(span.tokens).startswith(old):
+                return f"{where} turn {span.turn}"
     return None
 
 
-def check_text_round_trip(
-    samples: Sequence[tuple[str, TrainingSample]], tokenizer: Any, *, text_trainer: bool
-) -> Finding:
+class TextRoundTripCheck:
     """Does decode -> encode of each sample give its tokens back? Information for
-    token-level trainers; a failure when ``text_trainer`` asks for compatibility."""
-    differing = 0
-    first = ""
-    for key, sample in samples:
-        text = tokenizer.decode(sample.tokens, skip_special_tokens=False)
-        again = list(tokenizer.encode(text, add_special_tokens=False))
-        if again != sample.tokens:
-            differing += 1
-            if not first:
-                pos = _first_difference(again, sample.tokens)
-                first = (
-                    f"group {key} traj {sample.traj_index} sample {sample.sample_index} token {pos}"
-                )
-    if not differing:
-        return Finding(
-            Check.RE_RENDERING,
-            "pass",
-            f"re-tokenizing the decoded text reproduces all {len(samples)}",
+    token-level trainers (measured on the first ``limit`` samples); a failure when
+    ``text_trainer`` asks for compatibility (every sample is measured then)."""
+
+    def __init__(self, tokenizer: Any, *, text_trainer: bool, limit: int | None) -> None:
+        self.codec = Codec.of(tokenizer)
+        self.text_trainer = text_trainer
+        self.limit = None if text_trainer else limit
+        self.measured = self.differing = self.total = 0
+        self.first = ""
+
+    def add(self, view: GroupView) -> None:
+        self.add_samples(view.key, view.samples)
+
+    def add_samples(self, key: str, samples: Sequence[TrainingSample]) -> None:
+        self.total += len(samples)
+        room = len(samples) if self.limit is None else max(0, self.limit - self.measured)
+        batch = list(samples[:room])
+        if not batch:
+            return
+        self.measured += len(batch)
+        again = self.codec.encode_batch(self.codec.decode_batch([s.tokens for s in batch]))
+        for sample, ids in zip(batch, again, strict=True):
+            if ids != sample.tokens:
+                self.differing += 1
+                if not self.first:
+                    pos = _first_difference(ids, sample.tokens)
+                    self.first = (
+                        f"group {key or sample.group_index} traj {sample.traj_index} "
+                        f"sample {sample.sample_index} token {pos}"
+                    )
+
+    def findings(self) -> list[Finding]:
+        of = f"{self.measured}" if self.measured == self.total else (
+            f"{self.measured} measured (the first; of {self.total})"
+        )  # fmt: skip
+        if not self.differing:
+            detail = f"re-tokenizing the decoded text reproduces all {of}"
+            return [Finding(Check.RE_RENDERING, "pass", detail)]
+        detail = (
+            f"{self.differing} of {of} samples re-tokenize to other ids from their decoded text; "
         )
-    detail = (
-        f"{differing} of {len(samples)} samples re-tokenize to other ids from their decoded text; "
-    )
-    if text_trainer:
-        return Finding(
-            Check.RE_RENDERING,
-            "fail",
-            detail + "a trainer that re-tokenizes text would train on tokens the policy "
-            "never saw (--text-trainer)",
-            first,
+        if self.text_trainer:
+            detail += (
+                "a trainer that re-tokenizes text would train on tokens the policy never saw "
+                "(--text-trainer)"
+            )
+            return [Finding(Check.RE_RENDERING, "fail", detail, self.first)]
+        detail += (
+            "expected with byte-level BPE; token-level trainers use the stored ids (pass "
+            "--text-trainer to require a round trip of every sample)"
         )
-    return Finding(
-        Check.RE_RENDERING,
-        "info",
-        detail + "expected with byte-level BPE; token-level trainers use the stored ids "
-        "(pass --text-trainer to require a round trip)",
-        first,
-    )
+        return [Finding(Check.RE_RENDERING, "info", detail, self.first)]

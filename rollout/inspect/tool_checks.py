@@ -18,17 +18,19 @@ Each message names the environment, the share and the first offending episode.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentenvs.envs.tool_calls.record import ToolCallLog, episode_attempts
 from agentenvs.envs.tool_calls.types import ParseStatus, ToolCallAttempt
 from agentenvs.rollout.collect.records import GroupRecord
-from agentenvs.rollout.inspect.findings import Check, Finding
+from agentenvs.rollout.inspect.codec import Codec
+from agentenvs.rollout.inspect.findings import Check, Finding, health
+from agentenvs.rollout.inspect.groups import FirstFailure, GroupView
+from agentenvs.rollout.inspect.options import DEFAULT_MAX_PARSE_FAILURES
 
-DEFAULT_MAX_PARSE_FAILURES = 0.02
-"""The share of declared-format attempts that may fail to parse before a run fails."""
+__all__ = ["DEFAULT_MAX_PARSE_FAILURES", "ToolsCheck", "check_tools", "tool_stats", "tool_summary"]
 
 
 @dataclass
@@ -70,32 +72,37 @@ def _describe(attempt: ToolCallAttempt) -> str:
     return f"{attempt.status} ({attempt.format}){detail}"
 
 
-def tool_stats(records: Sequence[GroupRecord]) -> dict[str, EnvToolStats]:
+def tool_stats(records: Iterable[GroupRecord]) -> dict[str, EnvToolStats]:
     """Per environment with a tool log, its attempts counted (read errors raise
     ``ValueError`` naming the record)."""
     stats: dict[str, EnvToolStats] = {}
     for record in records:
-        if record.group is None:
-            continue
-        for t, traj in enumerate(record.group.trajectories):
-            seen = False
-            for turn, transition in enumerate(traj.transitions):
-                try:
-                    log = ToolCallLog.from_logs(transition.logs)
-                except ValueError as err:
-                    raise ValueError(f"{where(record, t, turn)}: {err}") from None
-                if log is None:
-                    continue
-                env = stats.setdefault(record.env or "(unnamed env)", EnvToolStats(record.env))
-                if not seen:
-                    env.episodes += 1
-                    env.first_episode = env.first_episode or where(record, t)
-                    seen = True
-                declared = {str(f) for f in log.declared}
-                env.declared |= declared
-                for attempt in log.attempts:
-                    _count(env, attempt, declared, where(record, t, turn))
+        count_record(stats, record)
     return stats
+
+
+def count_record(stats: dict[str, EnvToolStats], record: GroupRecord) -> None:
+    """Add one record's tool calls to ``stats``."""
+    if record.group is None:
+        return
+    for t, traj in enumerate(record.group.trajectories):
+        seen = False
+        for turn, transition in enumerate(traj.transitions):
+            try:
+                log = ToolCallLog.from_logs(transition.logs)
+            except ValueError as err:
+                raise ValueError(f"{where(record, t, turn)}: {err}") from None
+            if log is None:
+                continue
+            env = stats.setdefault(record.env or "(unnamed env)", EnvToolStats(record.env))
+            if not seen:
+                env.episodes += 1
+                env.first_episode = env.first_episode or where(record, t)
+                seen = True
+            declared = {str(f) for f in log.declared}
+            env.declared |= declared
+            for attempt in log.attempts:
+                _count(env, attempt, declared, where(record, t, turn))
 
 
 def _count(env: EnvToolStats, attempt: ToolCallAttempt, declared: set[str], place: str) -> None:
@@ -113,23 +120,47 @@ def _count(env: EnvToolStats, attempt: ToolCallAttempt, declared: set[str], plac
         env.first_failure = (place, _describe(attempt))
 
 
+class ToolsCheck:
+    """The tool-call findings for a store's ok records (nothing when no environment
+    recorded tool calls: a run without tools has nothing to audit here). Whether calls
+    fire and parse is run health; a tool result in sampled tokens is integrity."""
+
+    def __init__(
+        self, tokenizer: Any = None, max_parse_failures: float = DEFAULT_MAX_PARSE_FAILURES
+    ) -> None:
+        if not 0.0 <= max_parse_failures <= 1.0:
+            raise ValueError(f"max_parse_failures must be a share in [0, 1], not {max_parse_failures}")  # fmt: skip
+        self.limit = max_parse_failures
+        self.stats: dict[str, EnvToolStats] = {}
+        self.masking = ResultMasking(tokenizer)
+
+    def add(self, view: GroupView) -> None:
+        self.add_record(view.record)
+
+    def add_record(self, record: GroupRecord) -> None:
+        count_record(self.stats, record)
+        self.masking.add_record(record)
+
+    def findings(self) -> list[Finding]:
+        findings: list[Finding] = []
+        for name, env in sorted(self.stats.items()):
+            findings += _env_findings(name, env, self.limit)
+        if self.stats:
+            findings.append(self.masking.finding())
+        return findings
+
+
 def check_tools(
-    records: Sequence[GroupRecord],
+    records: Iterable[GroupRecord],
     tokenizer: Any = None,
     *,
     max_parse_failures: float = DEFAULT_MAX_PARSE_FAILURES,
 ) -> list[Finding]:
-    """The tool-call findings for a store's ok records (nothing when no environment
-    recorded tool calls: a run without tools has nothing to audit here)."""
-    if not 0.0 <= max_parse_failures <= 1.0:
-        raise ValueError(f"max_parse_failures must be a share in [0, 1], not {max_parse_failures}")
-    stats = tool_stats(records)
-    findings: list[Finding] = []
-    for name, env in sorted(stats.items()):
-        findings += _env_findings(name, env, max_parse_failures)
-    if stats:
-        findings.append(check_result_masking(records, tokenizer))
-    return findings
+    """:class:`ToolsCheck` over a list of ok records."""
+    check = ToolsCheck(tokenizer, max_parse_failures)
+    for record in records:
+        check.add_record(record)
+    return check.findings()
 
 
 def _env_findings(name: str, env: EnvToolStats, limit: float) -> list[Finding]:
@@ -143,20 +174,20 @@ def _env_findings(name: str, env: EnvToolStats, limit: float) -> list[Finding]:
                 f"{name}: no tool call attempted in {env.episodes} episode(s); "
                 f"first: {env.first_episode}"
             )
-            found.append(Finding(Check.TOOL_CALLS, "fail", detail, env.first_episode))
+            found.append(health(Check.TOOL_CALLS, "fail", detail, env.first_episode))
         else:
             detail = (
                 f"{name}: 0 of {env.attempts} tool-call attempts succeeded in {env.episodes} "
                 f"episode(s) (parse failures {env.share():.0%}: {counts or 'none'}; "
                 f"outcomes: {_counter(env.outcomes)}){first or '; first: ' + env.first_episode}"
             )
-            found.append(Finding(Check.TOOL_CALLS, "fail", detail, place or env.first_episode))
+            found.append(health(Check.TOOL_CALLS, "fail", detail, place or env.first_episode))
     if env.attempts and env.share() > limit:
         detail = (
             f"{name}: {env.share():.1%} of {env.attempts} tool-call attempts failed to parse "
             f"(max {limit:.1%}): {counts}{first}"
         )
-        found.append(Finding(Check.TOOL_CALLS, "fail", detail, place))
+        found.append(health(Check.TOOL_CALLS, "fail", detail, place))
     if env.foreign:
         total = sum(env.foreign.values())
         formats = ", ".join(sorted(env.foreign))
@@ -165,13 +196,13 @@ def _env_findings(name: str, env: EnvToolStats, limit: float) -> list[Finding]:
             f"{name}: {total} call(s) in {formats}, which the template did not declare "
             f"(declared: {', '.join(sorted(env.declared)) or 'none'}); first: {where_} ({what_})"
         )
-        found.append(Finding(Check.TOOL_CALLS, "fail", detail, where_))
+        found.append(health(Check.TOOL_CALLS, "fail", detail, where_))
     if not found:
         detail = (
             f"{name}: {env.succeeded} of {env.attempts} tool-call attempts succeeded in "
             f"{env.episodes} episode(s); parse failures {env.share():.1%} (max {limit:.1%})"
         )
-        found.append(Finding(Check.TOOL_CALLS, "pass", detail))
+        found.append(health(Check.TOOL_CALLS, "pass", detail))
     return found
 
 
@@ -179,38 +210,48 @@ def _counter(counter: Counter[str]) -> str:
     return ", ".join(f"{k} {n}" for k, n in sorted(counter.items(), key=lambda kv: -kv[1]))
 
 
-def check_result_masking(records: Sequence[GroupRecord], tokenizer: Any) -> Finding:
+class ResultMasking:
     """Sampled tokens never hold the text that opens a tool result (``result_open`` in
     the step log): the loss would train the model to write the tool's output."""
-    if tokenizer is None:
-        return Finding(
-            Check.TOOL_CALLS, "skip", "no tokenizer (pass --tokenizer) to look for tool results"
-        )
-    checked = 0
-    for record in records:
-        if record.group is None:
-            continue
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.codec = Codec.of(tokenizer) if tokenizer is not None else None
+        self.checked = 0
+        self.first = FirstFailure()
+
+    def add_record(self, record: GroupRecord) -> None:
+        if self.codec is None or record.group is None or self.first.found:
+            return
         for t, traj in enumerate(record.group.trajectories):
             for turn, transition in enumerate(traj.transitions):
                 log = ToolCallLog.from_logs(transition.logs)
                 if log is None or not log.result_open:
                     continue
-                checked += 1
-                text = tokenizer.decode(list(transition.ac.tokens))
-                if log.result_open in text:
+                self.checked += 1
+                if log.result_open in self.codec.decode(transition.ac.tokens):
                     detail = (
                         f"{record.env}: sampled tokens hold {log.result_open!r}, a tool result "
                         "the loss mask does not exclude"
                     )
-                    return Finding(Check.TOOL_CALLS, "fail", detail, where(record, t, turn))
-    if not checked:
-        detail = "no tool environment here names the text that opens its results"
-        return Finding(Check.TOOL_CALLS, "skip", detail)
-    detail = f"{checked} sampled turn(s) of tool environments hold no tool result"
-    return Finding(Check.TOOL_CALLS, "pass", detail)
+                    self.first.keep(
+                        Finding(Check.TOOL_CALLS, "fail", detail, where(record, t, turn))
+                    )
+                    return
+
+    def finding(self) -> Finding:
+        if self.first.finding is not None:
+            return self.first.finding
+        if self.codec is None:
+            detail = "no tokenizer (pass --tokenizer) to look for tool results"
+            return Finding(Check.TOOL_CALLS, "skip", detail)
+        if not self.checked:
+            detail = "no tool environment here names the text that opens its results"
+            return Finding(Check.TOOL_CALLS, "skip", detail)
+        detail = f"{self.checked} sampled turn(s) of tool environments hold no tool result"
+        return Finding(Check.TOOL_CALLS, "pass", detail)
 
 
-def tool_summary(records: Sequence[GroupRecord]) -> dict[str, dict[str, Any]]:
+def tool_summary(records: Iterable[GroupRecord]) -> dict[str, dict[str, Any]]:
     """Per environment: calls per episode and failures by status (the summary table
     and the viewers show these)."""
     summary = {}

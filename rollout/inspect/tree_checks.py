@@ -27,11 +27,12 @@ so ordinary runs read as before.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.inspect.findings import Check, Finding
+from agentenvs.rollout.inspect.groups import FirstFailure, GroupView
 
 
 def _structure_problem(record: GroupRecord, tree: dict[str, Any]) -> str | None:
@@ -115,42 +116,62 @@ def _prefix_problem(record: GroupRecord, tree: dict[str, Any]) -> str | None:
     return None
 
 
-def check_trees(records: Sequence[GroupRecord]) -> list[Finding]:
-    """Findings for the tree groups among ``records`` ([] when there are none)."""
-    trees = [(r, r.extra.get("tree")) for r in records if r.group is not None]
-    orphans = [r for r, t in trees if not t and r.stored_prefixes]
-    if orphans:
-        problem = _reference_problem(orphans[0], None)
-        return [
-            Finding(Check.FIXED_TRAJECTORY, "fail", f"tree structure: {problem}", orphans[0].key)
-        ]
-    trees = [(r, t) for r, t in trees if t]
-    if not trees:
-        return []
-    leaves = sum(len(t.get("leaves") or []) for _, t in trees)
-    by_reference = sum(len(r.stored_prefixes) for r, _ in trees)
-    findings = []
-    for name, judge in (("structure", _structure_problem), ("shared prefix", _prefix_problem)):
-        failed = next(
-            ((record, problem) for record, tree in trees if (problem := judge(record, tree))),
-            None,
+class TreesCheck:
+    """Findings for the tree groups of a store (none when there are none)."""
+
+    def __init__(self) -> None:
+        self.orphan = FirstFailure()
+        self.structure = FirstFailure()
+        self.prefix = FirstFailure()
+        self.trees = self.leaves = self.by_reference = 0
+
+    def add(self, view: GroupView) -> None:
+        self.add_record(view.record)
+
+    def add_record(self, record: GroupRecord) -> None:
+        if record.group is None:
+            return
+        tree = record.extra.get("tree")
+        if not tree:
+            if record.stored_prefixes:
+                problem = _reference_problem(record, None)
+                self.orphan.keep(self._fail("structure", problem, record))
+            return
+        self.trees += 1
+        self.leaves += len(tree.get("leaves") or [])
+        self.by_reference += len(record.stored_prefixes)
+        problem = _structure_problem(record, tree)
+        if problem is not None:
+            self.structure.keep(self._fail("structure", problem, record))
+        elif (problem := _prefix_problem(record, tree)) is not None:
+            self.prefix.keep(self._fail("shared prefix", problem, record))
+
+    @staticmethod
+    def _fail(name: str, problem: str | None, record: GroupRecord) -> Finding:
+        return Finding(Check.FIXED_TRAJECTORY, "fail", f"tree {name}: {problem}", record.key)
+
+    def findings(self) -> list[Finding]:
+        for first in (self.orphan, self.structure):
+            if first.finding is not None:  # the prefix check reads the structure
+                return [first.finding]
+        if not self.trees:
+            return []
+        counts = f"({self.trees} trees, {self.leaves} leaves"
+        found = [Finding(Check.FIXED_TRAJECTORY, "pass", f"tree structure holds {counts})")]
+        if self.prefix.finding is not None:
+            return [*found, self.prefix.finding]
+        restored = (
+            f"; {self.by_reference} stored by reference, restored from their parent)"
+            if self.by_reference
+            else ")"
         )
-        if failed is not None:
-            record, problem = failed
-            findings.append(
-                Finding(Check.FIXED_TRAJECTORY, "fail", f"tree {name}: {problem}", record.key)
-            )
-            return findings  # the prefix check reads the structure: stop at its first failure
-        findings.append(
-            Finding(
-                Check.FIXED_TRAJECTORY,
-                "pass",
-                f"tree {name} holds ({len(trees)} trees, {leaves} leaves"
-                + (
-                    f"; {by_reference} stored by reference, restored from their parent)"
-                    if name == "shared prefix" and by_reference
-                    else ")"
-                ),
-            )
-        )
-    return findings
+        detail = f"tree shared prefix holds {counts}{restored}"
+        return [*found, Finding(Check.FIXED_TRAJECTORY, "pass", detail)]
+
+
+def check_trees(records: Iterable[GroupRecord]) -> list[Finding]:
+    """:class:`TreesCheck` over a list of records."""
+    check = TreesCheck()
+    for record in records:
+        check.add_record(record)
+    return check.findings()

@@ -1,112 +1,43 @@
-"""The corruption suite of ``agentenvs check`` (issue 31): real runs, and every way to spoil them.
+"""The corruption suite of ``agentenvs check`` (issues 31, 45): real runs, and every way to spoil them.
 
-Three small runs per vocabulary are collected on the real Qwen2.5, Qwen3 and
-DeepSeek-V3 tokenizers (``support/vocab``): guess-number under the chat renderer
-and under the continuation renderer (mixed rewards: every other episode opens with
-a malformed turn; made-up negative logprobs so shifts are visible), the same
-chat run with no logprobs at all (the scripted policy has none: the store holds
-None, the hand-off 0.0 with ``has_logprobs`` false), and ALFWorld in window mode
-(trajectories cut into several training samples). From each run a JSONL
-hand-off is written the way a trainer would (``samples_from_records`` then
-``write_samples_jsonl``).
-
-A :class:`Corruption` edits one of those files as a converter or a hand edit would,
-at a realistic magnitude (one value, one token, one line), and returns what the
-finding must name. ``forms`` says where it is expected to be caught: ``store`` (the
-trajectory store), ``handoff`` (a hand-off checked alone, with ``--tokenizer``),
-``handoff+store`` (with ``--store``). A new finding comes with its mutation here.
+The runs and their hand-off forms are ``support/corruption_runs.py``. Two kinds of
+corruption. A :class:`Corruption` (here) edits one stored file as a converter or a
+hand edit would, at a realistic magnitude (one value, one token, one line), and
+returns what the finding must name; ``caught`` says where: ``store`` (the trajectory
+store), ``handoff`` (a hand-off checked alone, with ``--tokenizer``), ``handoff+store``
+(with ``--store``). An :class:`~support.corruptions_upstream.Upstream` corruption
+(:data:`UPSTREAM`) is a bug upstream of the record (a policy client, an environment, a
+reward function, an agent loop, a hand-off writer), so the store it makes is
+self-consistent; it is caught in every form it fits (:data:`FORMS`). A new finding
+comes with its corruption here.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from agentenvs.envs.tokenizing import EnvTextEncoder
-from agentenvs.envs.types import TokensWithLogprobs
-from agentenvs.rollout.collect.store import TrajectoryStore
-from agentenvs.rollout.data.training_data import samples_from_records
-from agentenvs.rollout.policies import make_policy
-from agentenvs.rollout.trainers.jsonl.handoff import write_samples_jsonl
-from support.vocab.runs import collect_store
+from support.corruption_runs import (
+    FORMS,
+    RUNS,
+    Lines,
+    collect_run,
+    form_files,
+    read_lines,
+    sample_of,
+    write_forms,
+    write_handoff,
+    write_lines,
+)
+from support.corruptions_upstream import UPSTREAM, Upstream
 
-Lines = list[dict[str, Any]]
-
-
-class MixedPolicy:
-    """The scripted oracle with made-up negative logprobs (none with ``logprobs=False``,
-    as the scripted policy itself); every other episode opens with the env's malformed
-    variant (a penalty), so rewards differ within a group."""
-
-    per_env = True
-
-    def __init__(self, seed: int = 0, mixed: bool = True, logprobs: bool = True) -> None:
-        self.oracle = make_policy("scripted")
-        self.malformed = make_policy("scripted", variant="malformed")
-        self.rng = random.Random(seed)
-        self.mixed = mixed
-        self.logprobs = logprobs
-        self.made = 0
-
-    def __call__(self, env: Any) -> Any:
-        oracle = self.oracle(env)
-        first = self.malformed(env) if self.mixed and self.made % 2 else oracle
-        self.made += 1
-        turns = [0]
-
-        async def policy(observation, stop, *, max_tokens=None):
-            inner = first if turns[0] == 0 else oracle
-            turns[0] += 1
-            out = await inner(observation, stop, max_tokens=max_tokens)
-            if not self.logprobs:
-                assert out.logprobs is None  # the scripted policy claims none
-                return out
-            logprobs = [-self.rng.uniform(0.01, 3.0) for _ in out.tokens]
-            return TokensWithLogprobs(out.tokens, logprobs, out.stop_reason)
-
-        return policy
-
-
-RUNS: dict[str, tuple[str, dict[str, Any], bool, bool]] = {
-    "chat": ("guess_number", {"tasks": 3}, True, True),
-    "continuation": ("guess_number", {"tasks": 3, "renderer": "continuation"}, True, True),
-    "window": ("alfworld", {"history": "window", "limits": {"max_turns": 6}}, False, True),
-    "nologprobs": ("guess_number", {"tasks": 3}, True, False),
-}
-"""run name -> (environment, overrides, mixed rewards, logprobs)."""
-
-
-def collect_run(tokenizer: Any, run: str, path: Path, group_size: int = 3) -> Path:
-    env, overrides, mixed, logprobs = RUNS[run]
-    return collect_store(
-        tokenizer, env, path, overrides=overrides,
-        policy=MixedPolicy(mixed=mixed, logprobs=logprobs),
-        groups=3, group_size=group_size,
-    )  # fmt: skip
-
-
-def write_handoff(store: Path, path: Path) -> Path:
-    """The hand-off a trainer writes from the store: the stored advantages, the estimator."""
-    records = list(TrajectoryStore(store).read())
-    samples, metadata = samples_from_records(records)
-    write_samples_jsonl(
-        samples, path, extra={"advantage_estimator": metadata[0]["advantage_estimator"]}
-    )
-    return path
-
-
-def read_lines(path: Path) -> Lines:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def write_lines(lines: Lines, path: Path) -> Path:
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return path
+__all__ = [
+    "CORRUPTIONS", "FORMS", "RUNS", "UPSTREAM", "Corruption", "Upstream", "collect_run",
+    "form_files", "read_lines", "write_forms", "write_handoff", "write_lines",
+]  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -130,14 +61,8 @@ def _multi_turn(lines: Lines) -> tuple[int, int]:
     raise AssertionError("no multi-turn trajectory")
 
 
-def _sample_of(lines: Lines, g: int, t: int, turn: int) -> int:
-    """Which training sample of its trajectory a stored turn falls in."""
-    transitions = lines[g]["trajectories"][t]["transitions"][: turn + 1]
-    return sum(1 for tr in transitions if tr["ob_prefix"] == 0) - 1
-
-
 def _turn_where(lines: Lines, g: int, t: int, turn: int) -> str:
-    return f"group {lines[g]['key']} traj {t} sample {_sample_of(lines, g, t, turn)} turn {turn}"
+    return f"group {lines[g]['key']} traj {t} sample {sample_of(lines, g, t, turn)} turn {turn}"
 
 
 def _trajectories_with_different_rewards(lines: Lines) -> tuple[int, int, int]:

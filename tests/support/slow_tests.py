@@ -136,6 +136,7 @@ SLOW: dict[str, str] = {
     "tests/rollout/policies/test_vision_policies.py": LOCAL_MODEL,
     "tests/rollout/inspect/test_image_checks.py": LOCAL_MODEL,
     "tests/rollout/inspect/test_check_corruptions.py": REAL_VOCABULARIES,
+    "tests/rollout/inspect/test_check_forms.py": REAL_VOCABULARIES,
     "tests/rollout/test_real_vocab_tokenizers.py::test_deepseek_ids_match_its_tokenizer_json": REAL_VOCABULARIES,
     "tests/test_skip_policy.py": PYTEST_IN_PYTEST,
     "tests/rollout/presets/test_cards.py": ALFWORLD,

@@ -16,11 +16,13 @@ to write ``-100`` on prompt/observation targets so only trained tokens count.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from agentenvs.rollout.data.samples import TrainingSample, gc_paused
 from agentenvs.rollout.trainers.common import warn_missing_logprobs
+from agentenvs.rollout.trainers.jsonl.datums import datum_line, write_datums_jsonl
 
 if TYPE_CHECKING:
     import pytrio
@@ -73,3 +75,28 @@ def to_pytrio_datums(
             sample_to_pytrio_datum(sample, ignore_masked_targets=ignore_masked_targets)
             for sample in samples
         ]
+
+
+def save_pytrio_datums(
+    samples: Sequence[TrainingSample],
+    path: str | Path,
+    *,
+    extra: Mapping[str, Any] | None = None,
+    ignore_masked_targets: bool = False,
+) -> int:
+    """Write the datums :func:`to_pytrio_datums` makes of ``samples`` to a datum file
+    (``rollout/trainers/jsonl/datums.py``), each line naming its sample and carrying its
+    loss mask and collection record, so ``agentenvs check`` can check what PyTRIO will
+    train on."""
+    datums = to_pytrio_datums(samples, ignore_masked_targets=ignore_masked_targets)
+    lines = (
+        datum_line(
+            "pytrio",
+            [token for chunk in datum.model_input.chunks for token in chunk.tokens],
+            {name: list(tensor.data) for name, tensor in datum.loss_fn_inputs.items()},
+            sample,
+            extra,
+        )
+        for datum, sample in zip(datums, samples, strict=True)
+    )
+    return write_datums_jsonl(lines, path)

@@ -18,7 +18,8 @@ comparing both and for feeding cookbook code.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,6 +27,7 @@ import numpy as np
 from agentenvs.envs.types import TrajectoryGroup
 from agentenvs.rollout.data.samples import TrainingSample, gc_paused, trajectories_to_samples
 from agentenvs.rollout.trainers.common import warn_missing_logprobs, warn_no_logprobs
+from agentenvs.rollout.trainers.jsonl.datums import datum_line, write_datums_jsonl
 
 if TYPE_CHECKING:
     import tinker
@@ -194,3 +196,27 @@ def to_cookbook_group(group: TrajectoryGroup) -> Any:
         final_rewards_G=list(group.group_rewards),
         metrics_G=[dict(m) for m in group.group_metrics],
     )
+
+
+def save_tinker_datums(
+    samples: Sequence[TrainingSample],
+    path: str | Path,
+    *,
+    extra: Mapping[str, Any] | None = None,
+    include_mask: bool = True,
+) -> int:
+    """Write the datums :func:`to_tinker_datums` makes of ``samples`` to a datum file
+    (``rollout/trainers/jsonl/datums.py``), each line naming its sample and carrying its
+    collection record, so ``agentenvs check`` can check what Tinker will train on."""
+    datums = to_tinker_datums(samples, include_mask=include_mask)
+    lines = (
+        datum_line(
+            "tinker",
+            datum.model_input.to_ints(),
+            {name: tensor.tolist() for name, tensor in datum.loss_fn_inputs.items()},
+            sample,
+            extra,
+        )
+        for datum, sample in zip(datums, samples, strict=True)
+    )
+    return write_datums_jsonl(lines, path)

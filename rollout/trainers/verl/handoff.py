@@ -24,12 +24,25 @@ row, the prompt left-padded and the response right-padded (see
 Extra per-row tensors keep the provenance: ``group_index``, ``traj_index``,
 ``sample_index`` (int64), ``reward`` and ``trajectory_advantage`` (float64) and
 ``has_logprobs`` (bool).
-:func:`from_verl_batch` undoes the padding and gives the samples back.
+:func:`from_verl_batch` undoes the padding and gives the samples back, read from the
+fields verl trains on: the tokens under ``attention_mask``, the loss mask from
+``response_mask``, the sampler's logprobs from ``rollout_log_probs``, the reward from
+``rm_scores`` (its sum over the row, where verl reads it).
+
+A batch file (:func:`save_verl_batch`, :func:`load_verl_batch`) is a safetensors file
+holding those tensors under the same names, readable without torch or pickle, with
+its metadata key ``agentenvs`` a JSON object: ``format`` (``agentenvs-verl-batch/1``),
+``collected`` (per row, the sample's collection record or null: what ``agentenvs
+check`` compares the row with) and ``extra`` (the estimator, as the JSONL hand-off
+carries it).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,6 +51,9 @@ from agentenvs.rollout.data.samples import TrainingSample
 
 if TYPE_CHECKING:
     import torch
+
+BATCH_FILE_FORMAT = "agentenvs-verl-batch/1"
+METADATA_KEY = "agentenvs"
 
 
 def to_verl_batch(
@@ -141,33 +157,104 @@ def to_tensordict(batch: Mapping[str, torch.Tensor]) -> Any:
     return TensorDict(dict(batch), batch_size=[size])
 
 
-def from_verl_batch(batch: Mapping[str, torch.Tensor]) -> list[TrainingSample]:
-    """Undo :func:`to_verl_batch`: one unpadded sample per row.
+def from_verl_batch(batch: Mapping[str, Any]) -> list[TrainingSample]:
+    """Undo :func:`to_verl_batch`: one unpadded sample per row (torch tensors or numpy
+    arrays), from the fields verl trains on (see the module docstring).
 
-    Logprobs and advantages come back as float32 values (the batch's precision).
+    Logprobs and advantages come back as float32 values (the batch's precision); the
+    reward is the row's ``rm_scores`` summed (the ``reward`` tensor when a batch has no
+    ``rm_scores``).
     """
-    width_p = batch["prompts"].shape[1]
-    attention = batch["attention_mask"].bool()
-    input_ids = batch["input_ids"]
+    arrays = {name: _numpy(value) for name, value in batch.items()}
+    width_p = arrays["prompts"].shape[1]
+    attention = arrays["attention_mask"].astype(bool)
+    input_ids = arrays["input_ids"]
+    sampler = arrays.get("rollout_log_probs", arrays.get("old_log_probs"))
     samples = []
     for row in range(input_ids.shape[0]):
         keep = attention[row]
         tokens = input_ids[row][keep].tolist()
         p = int(keep[:width_p].sum())
         r = len(tokens) - p
+        if "rm_scores" in arrays:
+            reward = float(arrays["rm_scores"][row].astype(np.float64).sum())
+        else:
+            reward = float(arrays["reward"][row])
         samples.append(
             TrainingSample(
                 tokens=tokens,
-                loss_mask=[0] * p + batch["response_mask"][row, :r].tolist(),
-                logprobs=[0.0] * p + batch["old_log_probs"][row, :r].tolist(),
-                advantages=[0.0] * p + batch["advantages"][row, :r].tolist(),
-                group_index=int(batch["group_index"][row]),
-                traj_index=int(batch["traj_index"][row]),
-                sample_index=int(batch["sample_index"][row]),
-                reward=float(batch["reward"][row]),
-                has_logprobs=bool(batch["has_logprobs"][row]),
+                loss_mask=[0] * p + arrays["response_mask"][row, :r].astype(int).tolist(),
+                logprobs=[0.0] * p + (sampler[row, :r].tolist() if sampler is not None else [0.0] * r),
+                advantages=[0.0] * p + arrays["advantages"][row, :r].tolist(),
+                group_index=int(arrays["group_index"][row]),
+                traj_index=int(arrays["traj_index"][row]),
+                sample_index=int(arrays["sample_index"][row]),
+                reward=reward,
+                has_logprobs=bool(arrays["has_logprobs"][row]) if "has_logprobs" in arrays else sampler is not None,
                 prompt_length=p,
-                advantage=float(batch["trajectory_advantage"][row]),
+                advantage=float(arrays["trajectory_advantage"][row]),
             )
-        )
+        )  # fmt: skip
     return samples
+
+
+def _numpy(value: Any) -> np.ndarray:
+    """A torch tensor or numpy array as numpy (on the CPU)."""
+    if isinstance(value, np.ndarray):
+        return value
+    return value.detach().cpu().numpy()
+
+
+@dataclass
+class VerlBatchFile:
+    """A batch read back from a batch file: its tensors (as numpy) and what rides along."""
+
+    tensors: dict[str, np.ndarray]
+    collected: list[dict[str, Any] | None] = field(default_factory=list)
+    """Per row, the sample's collection record (None where it had none)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def samples(self) -> list[TrainingSample]:
+        """The rows as samples, each with its collection record."""
+        found = from_verl_batch(self.tensors)
+        for sample, collected in zip(found, self.collected, strict=False):
+            sample.collected = collected
+        return found
+
+
+def save_verl_batch(
+    batch: Mapping[str, Any],
+    path: str | Path,
+    *,
+    samples: Sequence[TrainingSample] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``batch`` (as :func:`to_verl_batch` made it from ``samples``) to a batch file
+    (see the module docstring); ``samples`` give each row its collection record."""
+    from safetensors.numpy import save_file
+
+    tensors = {name: np.ascontiguousarray(_numpy(value)) for name, value in batch.items()}
+    metadata = {
+        "format": BATCH_FILE_FORMAT,
+        "collected": [s.collected for s in samples] if samples else None,
+        "extra": dict(extra or {}),
+    }
+    save_file(tensors, str(path), metadata={METADATA_KEY: json.dumps(metadata)})
+    return Path(path)
+
+
+def load_verl_batch(path: str | Path) -> VerlBatchFile:
+    """Read a batch file; ValueError naming the file when it is not one."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            metadata = json.loads((handle.metadata() or {}).get(METADATA_KEY, "{}"))
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
+    except (SafetensorError, OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not a verl batch file ({error})") from None
+    if metadata.get("format") != BATCH_FILE_FORMAT:
+        raise ValueError(f"{path}: a safetensors file but not a verl batch ({BATCH_FILE_FORMAT})")
+    rows = int(tensors["input_ids"].shape[0]) if "input_ids" in tensors else 0
+    collected = metadata.get("collected") or [None] * rows
+    return VerlBatchFile(tensors, list(collected), dict(metadata.get("extra") or {}))

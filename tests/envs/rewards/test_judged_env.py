@@ -11,15 +11,19 @@ wiring (``judge=...``) is checked without a server.
 from __future__ import annotations
 
 import asyncio
+from importlib.metadata import EntryPoint
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from support.judge_proxy import JudgeProxy
 from support.vllm_server import SERVED_NAME, vllm_server  # noqa: F401 (the fixture)
 
-from agentenvs.envs import make
+from agentenvs.envs import make, registry
 from agentenvs.envs.guess_number import GuessNumberConfig
-from agentenvs.envs.rewards.judge import JudgeInput
+from agentenvs.envs.registry import ENTRY_POINT_GROUP
+from agentenvs.envs.rewards.identity import RewardIdentity, recorded_components
+from agentenvs.envs.rewards.judge import JudgeInput, judge_identity
 from agentenvs.envs.rewards.judge_cache import clear_memory_cache
 from agentenvs.envs.rewards.judge_settings import JudgeSettings
 from agentenvs.envs.rewards.judged_env import JudgedTextEnv, judged, unwrap
@@ -37,10 +41,26 @@ def _read(env) -> JudgeInput:
 
 
 class JudgedGuess(GuessNumberConfig):
+    """guess_number judged on its final step: a registered environment of its own that
+    declares the judge among its reward components (``EnvConfig.reward_components``)."""
+
+    env_name: ClassVar[str] = "judged_guess"
     judge: JudgeSettings | None = None
 
     def make_text_env(self, task_index: int, split: str = "train") -> TextEnv:
         return judged(super().make_text_env(task_index, split), self.judge, _read)
+
+    def reward_components(self) -> list[RewardIdentity]:
+        judge = [judge_identity(self.judge)] if self.judge is not None else []
+        return [*super().reward_components(), *judge]
+
+
+@pytest.fixture(autouse=True)
+def _registered(monkeypatch):
+    """JudgedGuess as a plugin registers it (an ``agentenvs.envs`` entry point)."""
+    point = EntryPoint("judged_guess", f"{__name__}:JudgedGuess", ENTRY_POINT_GROUP)
+    known = registry._entry_points()
+    monkeypatch.setattr(registry, "_entry_points", lambda: {**known, "judged_guess": point})
 
 
 def _collect(path: Path, settings: JudgeSettings) -> list:
@@ -50,7 +70,7 @@ def _collect(path: Path, settings: JudgeSettings) -> list:
     builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
     asyncio.run(
         collect(
-            builders, ScriptedPolicy(), store=TrajectoryStore(path), env_name="guess_number",
+            builders, ScriptedPolicy(), store=TrajectoryStore(path), env_name="judged_guess",
             progress=False,
         )
     )  # fmt: skip
@@ -82,6 +102,8 @@ def test_judged_rewards_are_recorded_with_their_verdict_and_check_passes(proxy, 
     assert proxy.requests == 2  # two tasks: a group's episodes share one request
     report = check_records(records)
     assert report.ok and report.status(Check.REWARDS) == "pass", report.by_check(Check.REWARDS)
+    named = [c.name for c in recorded_components(records[0].provenance)]
+    assert named == ["guess", "judge"]  # what the config declares, judge included
 
 
 @pytest.mark.services
@@ -94,7 +116,7 @@ def test_a_judge_without_a_score_fails_check_naming_the_verdict(proxy, tmp_path)
     report = check_records(records)
     (failed,) = [f for f in report.by_check(Check.REWARDS) if f.status == "fail"]
     assert "4 of 4 judged episodes" in failed.detail and "looks fine to me" in failed.detail
-    assert failed.where.startswith("guess_number group")
+    assert failed.where.startswith("judged_guess group")
 
 
 def test_retool_config_wires_the_judge_and_keeps_its_group_metrics():
@@ -120,7 +142,7 @@ def test_an_episode_ended_by_a_limit_is_not_judged(tmp_path):
     path = tmp_path / "limited.jsonl"
     asyncio.run(
         collect(
-            builders, ScriptedPolicy(), store=TrajectoryStore(path), env_name="guess_number",
+            builders, ScriptedPolicy(), store=TrajectoryStore(path), env_name="judged_guess",
             progress=False,
         )
     )  # fmt: skip

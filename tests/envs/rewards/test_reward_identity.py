@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from importlib.metadata import EntryPoint
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
-from agentenvs.envs import make
+from agentenvs.envs import make, registry
+from agentenvs.envs.config import EnvConfig
+from agentenvs.envs.registry import ENTRY_POINT_GROUP
 from agentenvs.envs.rewards.identity import (
     RewardIdentity,
     identity_of,
     recorded_components,
-    register_rewards,
     reward_components,
     with_reward_provenance,
 )
@@ -95,7 +98,22 @@ def test_provenance_round_trips_and_a_caller_set_value_wins():
     assert with_reward_provenance({}, "unknown_env", {}) == {}
 
 
-def test_an_env_of_ones_own_registers_its_provider():
-    stamp = RewardIdentity("mine", "pkg:fn", "3", "0" * 16)
-    register_rewards("my_env", lambda config: [stamp])
-    assert reward_components("my_env", {}) == [stamp]
+class _OwnConfig(EnvConfig):
+    """A registered environment of one's own: it declares its reward components."""
+
+    env_name: ClassVar[str] = "my_env"
+    bonus: float = 0.0
+
+    def reward_components(self) -> list[RewardIdentity]:
+        return [RewardIdentity("mine", "pkg:fn", "3", "0" * 16, settings={"bonus": self.bonus})]
+
+
+def test_an_env_of_ones_own_declares_its_components_on_its_config(monkeypatch):
+    point = EntryPoint("my_env", f"{__name__}:_OwnConfig", ENTRY_POINT_GROUP)
+    monkeypatch.setattr(registry, "_entry_points", lambda: {"my_env": point})
+    (found,) = reward_components("my_env", {"bonus": 0.5})
+    assert (found.name, found.settings) == ("mine", {"bonus": 0.5})  # from the config given
+    provenance = with_reward_provenance({}, "my_env", {"bonus": 0.5})
+    assert recorded_components(provenance) == [found]
+    assert reward_components("my_env", {"no_such_key": 1}) == []  # a config it refuses
+    assert EnvConfig().reward_components() == []  # the contract's default: none declared

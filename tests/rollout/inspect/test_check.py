@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support.corruptions import MixedPolicy
+from support.corruption_runs import MixedPolicy
 from support.paths import REPO
 from support.tree_helpers import SeededGuesser
 from support.vocab import shared_vocabulary

@@ -1,11 +1,14 @@
-"""The corruption suite (issue 31): every kind of spoiled run is caught and named, on the
-real Qwen2.5, Qwen3 and DeepSeek-V3 vocabularies, and every clean control passes.
+"""The corruption suite (issues 31, 45): every kind of spoiled run is caught and named, on the
+real Qwen2.5, Qwen3 and DeepSeek-V3 vocabularies, and every clean run passes in every form.
 
-Runs are collected once per vocabulary (``support/corruptions.py`` says which and how
-each corruption is made). A corruption is checked in each form it is listed for: the
-store, its hand-off alone (with the tokenizer), the hand-off with ``--store``. The
-finding must fail the report and name the group, trajectory, sample and token (or turn)
-the mutation touched.
+Runs are collected once per vocabulary (``support/corruption_runs.py`` says which and
+how every hand-off form is written). A stored-file corruption (``support/corruptions.py``)
+is checked in each form it is listed for: the store, its hand-off alone (with the
+tokenizer), the hand-off with ``--store``. A bug upstream of the record
+(``support/corruptions_upstream.py``) makes its own run and is checked in every form it
+fits: the store, the JSONL hand-off, a verl batch file, Tinker and PyTRIO datum files,
+each alone and with the store. The finding must fail the report and name the group,
+trajectory, sample or turn (and token) the mutation touched.
 """
 
 from __future__ import annotations
@@ -15,11 +18,15 @@ from pathlib import Path
 import pytest
 from support.corruptions import (
     CORRUPTIONS,
+    FORMS,
     RUNS,
+    UPSTREAM,
     Corruption,
+    Upstream,
     collect_run,
+    form_files,
     read_lines,
-    write_handoff,
+    write_forms,
     write_lines,
 )
 from support.vocab import shared_vocabulary
@@ -27,18 +34,23 @@ from support.vocab import shared_vocabulary
 from agentenvs.rollout.inspect.check import Check, CheckReport, Finding, check_file
 
 VOCABS = ["qwen2.5", "qwen3", "deepseek-v3"]
+CURRENT = {"current_version": 3, "max_staleness": 0}
+"""The runs are stamped with weights version 3 and the trainer is still at it."""
+REPLAYED_FORMS = ("store",)
+"""Clean runs are replayed in the store (a hand-off's store replays the same; the bugs
+upstream of the record show that its findings reach every "+store" form)."""
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """(vocab, run) -> (store, hand-off), collected on first use, once per module."""
-    made: dict[tuple[str, str], tuple[Path, Path]] = {}
+    """(vocab, run) -> every form of the clean run, collected on first use, once per module."""
+    made: dict[tuple[str, str], dict[str, Path]] = {}
 
-    def get(vocab: str, run: str) -> tuple[Path, Path]:
+    def get(vocab: str, run: str) -> dict[str, Path]:
         if (vocab, run) not in made:
             folder = tmp_path_factory.mktemp(f"{vocab}-{run}")
-            store = collect_run(shared_vocabulary(vocab), run, folder / "run.jsonl")
-            made[vocab, run] = (store, write_handoff(store, folder / "samples.jsonl"))
+            tok = shared_vocabulary(vocab)
+            made[vocab, run] = write_forms(collect_run(tok, run, folder / "run.jsonl"), folder, tok)
         return made[vocab, run]
 
     return get
@@ -75,18 +87,20 @@ def _cases():
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_clean_runs_pass_in_every_form(vocab, run, runs, tmp_path):
     tok = shared_vocabulary(vocab)
-    store, handoff = runs(vocab, run)
-    reports = [
-        check_file(store, tokenizer=tok, current_version=0, max_staleness=0),
-        check_file(handoff, tokenizer=tok),
-        check_file(handoff, tokenizer=tok, reference=store),
-    ]
-    for report in reports:
-        assert report.ok, _failures(report)
-    recorded = [f for f in reports[0].findings if "collector recorded" in f.detail]
-    assert recorded, "the clean store's collection record was compared"
+    paths = runs(vocab, run)
+    for form in FORMS:
+        file, reference = form_files(paths, form)
+        report = check_file(
+            file, tokenizer=tok, reference=reference, replay=form in REPLAYED_FORMS, **CURRENT
+        )
+        assert report.ok, (form, _failures(report))
+        if form == "store":
+            recorded = [f for f in report.findings if "collector recorded" in f.detail]
+            assert recorded, "the clean store's collection record was compared"
+            replayed = [f for f in report.findings if f.detail.startswith("replay: ")]
+            assert [f.status for f in replayed] == ["pass"], replayed
     # A store written before collection fingerprints still checks, and says so.
-    lines = read_lines(store)
+    lines = read_lines(paths["store"])
     for line in lines:
         line.pop("collected")
     old = check_file(write_lines(lines, tmp_path / "old.jsonl"), tokenizer=tok)
@@ -97,8 +111,8 @@ def test_clean_runs_pass_in_every_form(vocab, run, runs, tmp_path):
 @pytest.mark.parametrize(("vocab", "run", "corruption", "form"), list(_cases()))
 def test_corruption_is_caught_and_named(vocab, run, corruption: Corruption, form, runs, tmp_path):
     tok = shared_vocabulary(vocab)
-    store, handoff = runs(vocab, run)
-    source = store if corruption.target == "store" else handoff
+    paths = runs(vocab, run)
+    source = paths["store"] if corruption.target == "store" else paths["handoff"]
     lines = read_lines(source)
     where = corruption.edit(lines, tok)
     bad = write_lines(lines, tmp_path / f"bad-{source.name}")
@@ -106,11 +120,36 @@ def test_corruption_is_caught_and_named(vocab, run, corruption: Corruption, form
         with pytest.raises(ValueError, match=f"{where}\\b"):
             check_file(bad, tokenizer=tok)
         return
-    reference = store if form == "handoff+store" else None
+    reference = paths["store"] if form == "handoff+store" else None
     report = check_file(bad, tokenizer=tok, reference=reference)
     failed = _failures(report)
     assert failed, f"{corruption.name} not caught: {report.findings}"
     assert any(_names(f, where) for f in failed), (where, failed)
+
+
+def _upstream_cases():
+    for upstream in UPSTREAM:
+        for vocab in upstream.vocabs:
+            yield pytest.param(vocab, upstream, id=f"{vocab}-{upstream.run}-{upstream.name}")
+
+
+@pytest.mark.parametrize(("vocab", "upstream"), list(_upstream_cases()))
+def test_bug_upstream_of_the_record_is_caught_in_every_form_it_fits(
+    vocab, upstream: Upstream, tmp_path
+):
+    """The buggy component writes a self-consistent store (and its hand-offs); each form
+    it fits fails, naming the place the bug struck."""
+    tok = shared_vocabulary(vocab)
+    store = upstream.make(tok, upstream.run, tmp_path / "run.jsonl")
+    paths = write_forms(store, tmp_path, tok, upstream.writers)
+    places = upstream.where(read_lines(store), tok)
+    for form in upstream.forms:
+        file, reference = form_files(paths, form)
+        report = check_file(file, tokenizer=tok, reference=reference, **upstream.settings)
+        failed = _failures(report)
+        assert failed, f"{upstream.name} not caught in {form}: {report.findings}"
+        named = [f for f in failed if f.where.removeprefix("first: ").startswith(tuple(places))]
+        assert named, (form, places, failed)
 
 
 # ---- the smaller kinds of item 7 that warn or refuse rather than name a token ----------
@@ -118,20 +157,20 @@ def test_corruption_is_caught_and_named(vocab, run, corruption: Corruption, form
 
 def test_a_group_without_weights_version_fails_under_a_staleness_bound(runs, tmp_path):
     tok = shared_vocabulary("qwen3")
-    store, _ = runs("qwen3", "chat")
+    store = runs("qwen3", "chat")["store"]
     lines = read_lines(store)
     del lines[1]["provenance"]["policy"]["weights_version"]
     bad = write_lines(lines, tmp_path / "unversioned.jsonl")
-    bounded = check_file(bad, tokenizer=tok, current_version=0, max_staleness=1)
+    bounded = check_file(bad, tokenizer=tok, current_version=3, max_staleness=1)
     failed = [f for f in bounded.by_check(Check.COMPLETION_BOUNDARIES) if f.status == "fail"]
-    assert failed and failed[0].where == f"first: group {lines[1]['key']}", failed
-    unbounded = check_file(bad, tokenizer=tok, current_version=0)
+    assert failed and failed[0].where == f"first: group {lines[1]['key']} traj 0", failed
+    unbounded = check_file(bad, tokenizer=tok, current_version=3)
     assert unbounded.ok and unbounded.status(Check.COMPLETION_BOUNDARIES) == "warn"
 
 
 def test_a_missing_action_text_is_counted_and_named(runs, tmp_path):
     tok = shared_vocabulary("qwen2.5")
-    store, _ = runs("qwen2.5", "chat")
+    store = runs("qwen2.5", "chat")["store"]
     lines = read_lines(store)
     del lines[2]["trajectories"][1]["transitions"][0]["logs"]["action_text"]
     report = check_file(write_lines(lines, tmp_path / "no-text.jsonl"), tokenizer=tok)
@@ -150,7 +189,7 @@ def test_cli_checks_a_handoff_with_the_tokenizer_it_is_given(runs, tmp_path):
     from agentenvs.rollout.cli import app
 
     tok = shared_vocabulary("deepseek-v3")
-    _, handoff = runs("deepseek-v3", "chat")
+    handoff = runs("deepseek-v3", "chat")["handoff"]
     lines = read_lines(handoff)
     for line in lines:
         line.pop("collected")  # alone, without a collection record: only the vocabulary sees it
@@ -176,7 +215,7 @@ def test_a_claimed_logprob_flag_is_named_in_every_form(runs, tmp_path):
     from support.corruptions import handoff_logprobs_claimed
 
     tok = shared_vocabulary("qwen3")
-    store, handoff = runs("qwen3", "nologprobs")
+    store, handoff = runs("qwen3", "nologprobs")["store"], runs("qwen3", "nologprobs")["handoff"]
     lines = read_lines(handoff)
     handoff_logprobs_claimed(lines, tok)
     bad = write_lines(lines, tmp_path / "claimed.jsonl")

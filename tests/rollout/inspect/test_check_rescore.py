@@ -5,16 +5,19 @@ logprobs are the model's own, in float32). Rescoring that run with the same save
 model passes; with the logprobs of one action rotated by one position (lengths,
 signs and every other invariant intact) it fails and names the token, also on a
 store that predates collection records, where nothing else can see it; a model
-with other weights fails the clean run.
+with other weights fails the clean run. A client upstream of the record that
+re-encodes the sampled text, copies logprobs from another answer or reports them at
+another temperature writes a self-consistent store; rescore fails it in every form.
 """
 
 from __future__ import annotations
 
 import pytest
-from support.corruptions import read_lines, write_lines
+from support.corruptions import read_lines, write_forms, write_lines
 from support.vocab import shared_vocabulary
 from support.vocab.runs import collect_store
 
+from agentenvs.envs.types import TokensWithLogprobs
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.data.training_data import samples_from_records
 from agentenvs.rollout.inspect.check import check_file
@@ -140,3 +143,67 @@ def test_cli_rescore(run, tmp_path):
         app, ["check", str(store), "--rescore", str(folder / "model"), "--rescore-dtype", "int8"]
     )
     assert refused.exit_code == 2 and "no measured noise" in refused.output
+
+
+# ---- a policy client upstream of the record (issue 45): only the model can tell ----------
+
+
+class _BuggyClient:
+    """The sampler (the tiny model) behind a client with one bug: its answers keep their
+    lengths and signs, so the store is self-consistent."""
+
+    def __init__(self, policy, bug: str, tok, model) -> None:
+        self.policy, self.bug, self.tok, self.model = policy, bug, tok, model
+        self.previous: list[float] = []
+        self.changed = 0
+
+    async def __call__(self, observation, stop, *, max_tokens=None):
+        out = await self.policy(observation, stop, max_tokens=max_tokens)
+        tokens, logprobs = list(out.tokens), list(out.logprobs)
+        if self.bug == "reencoded":  # the client re-tokenized the text it was sent
+            tokens = self.tok.encode(self.tok.decode(tokens), add_special_tokens=False)
+            logprobs = (logprobs + logprobs[-1:] * len(tokens))[: len(tokens)]
+        elif self.bug == "copied" and self.previous:  # logprobs of the previous answer
+            logprobs = (self.previous * len(tokens))[: len(tokens)]
+        elif self.bug == "temperature":  # logprobs of the distribution at temperature 0.5
+            logprobs = _logprobs_at(self.model, list(observation) + tokens, len(observation), 0.5)
+        self.previous = list(out.logprobs)
+        self.changed += tokens != list(out.tokens) or logprobs != list(out.logprobs)
+        return TokensWithLogprobs(tokens, logprobs, out.stop_reason)
+
+
+def _logprobs_at(model, sequence: list[int], start: int, temperature: float) -> list[float]:
+    import torch
+
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([sequence])).logits[0].float() / temperature
+        logprobs = torch.log_softmax(logits, dim=-1)
+    return [float(logprobs[i - 1, sequence[i]]) for i in range(start, len(sequence))]
+
+
+@pytest.fixture(scope="module")
+def rescorer(run):
+    return load_rescorer(str(run[3] / "model"))
+
+
+@pytest.mark.parametrize("bug", ["reencoded", "copied", "temperature"])
+def test_a_buggy_client_is_caught_by_rescore_in_every_form(run, rescorer, bug, tmp_path):
+    """Each bug writes a self-consistent store (the checks without a model pass it); the
+    rescore fails it in the store and in every hand-off form, naming a sampled token."""
+    tok = run[0]
+    model = build_tiny_model(tok, hidden_size=16, seed=1).eval()  # the run's own weights
+    client = _BuggyClient(HFPolicy(model, tok, max_tokens=10, seed=7), bug, tok, model)
+    store = collect_store(
+        tok, "guess_number", tmp_path / "run.jsonl",
+        overrides={"tasks": 1, "limits": LIMITS}, policy=client, group_size=2,
+    )  # fmt: skip
+    assert client.changed, "the bug changed nothing in this run"
+    paths = write_forms(store, tmp_path, tok)
+    assert check_file(store, tokenizer=tok).ok  # self-consistent: only the model can tell
+    key = read_lines(store)[0]["key"]
+    for form in ("store", "handoff", "verl", "tinker", "pytrio"):
+        report = check_file(paths[form], tokenizer=tok, rescorer=rescorer)
+        (found,) = _rescore(report)
+        assert found.status == "fail", (form, found)
+        assert found.where.startswith((f"group {key} traj ", "group 0 traj ")), found.where
+        assert " sample " in found.where and " token " in found.where
