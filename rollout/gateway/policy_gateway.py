@@ -26,7 +26,15 @@ from agentenvs.envs.harness.replies import ReplyReader, sniff_format
 from agentenvs.envs.harness.segments import SegmentTree, TreeOptions, Turn, session_renderer
 from agentenvs.envs.harness.server import GatewaySession
 from agentenvs.envs.tool_calls import CallFormat
-from agentenvs.envs.types import Env, EnvGroupBuilder, GroupDescription, Trajectory, TrajectoryGroup
+from agentenvs.envs.types import (
+    Env,
+    EnvGroupBuilder,
+    GroupDescription,
+    StopReason,
+    Trajectory,
+    TrajectoryGroup,
+    stop_metric,
+)
 from agentenvs.rollout.collect.finish import RecordStamps
 from agentenvs.rollout.collect.plan import PlannedGroup, collection_identity
 from agentenvs.rollout.collect.records import GroupRecord
@@ -170,7 +178,9 @@ class PolicyGateway:
         transitions = session.tree.transitions()
         if not transitions:
             raise RequestError(f"session {key!r} has no finished turn to store", status=409)
-        trajectory = Trajectory(transitions, [], "completed")
+        # The harness said it was done: one ending, as every episode names its stop reason.
+        transitions[-1].metrics[stop_metric(StopReason.COMPLETED)] = 1
+        trajectory = Trajectory(transitions, [], StopReason.COMPLETED)
         return TrajectoryGroup([trajectory], [float(reward)], [{}], tags=[ENV_NAME])
 
     async def finish(self, key: str, reward: float = 0.0) -> GroupRecord:

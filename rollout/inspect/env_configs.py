@@ -46,12 +46,16 @@ def env_config(record: GroupRecord) -> tuple[EnvConfig | None, str]:
     return _rebuilt(record.env, json.dumps(stored_config(record), sort_keys=True))
 
 
-def rule_config(record: GroupRecord) -> EnvConfig:
+def rule_config(record: GroupRecord) -> EnvConfig | None:
     """The record's config, or (for an environment not installed here) the base
-    contract with the record's limits: what the shared limits' rules need."""
+    contract with the record's limits: what the shared limits' rules need. None when
+    the record names no limits at all (a gateway capture: the harness, not our shared
+    limits, decided what a cut-off reply meant), so no limit rule is assumed."""
     config, _ = env_config(record)
     if config is not None:
         return config
+    if "limits" not in stored_config(record):
+        return None
     try:
         limits = Limits.model_validate(stored_config(record).get("limits") or {})
     except ValidationError:

@@ -96,6 +96,8 @@ def _structure_problem(traj: Any) -> tuple[int, str] | None:
 def _limit_problem(record: Any, traj: Any) -> tuple[int, str] | None:
     """The env's rules for cut-off actions and limit-ended episodes."""
     config = rule_config(record)
+    if config is None:
+        return None
     limits = config.limits
     last = len(traj.transitions) - 1
     for turn, tr in enumerate(traj.transitions):

@@ -77,7 +77,9 @@ class ScriptPolicy:
         ids = sampled_ids(self.tokenizer, text)
         if max_tokens is not None and len(ids) > max_tokens:
             return TokensWithLogprobs(ids[:max_tokens], [-0.5] * max_tokens, "length")
-        return TokensWithLogprobs(ids, [-0.5] * len(ids), "stop")
+        # An engine that stopped on the end-of-sequence token says so (``check`` holds it to that).
+        ended = bool(ids) and ids[-1] == self.tokenizer.eos_token_id
+        return TokensWithLogprobs(ids, [-0.5] * len(ids), "eos" if ended else "stop")
 
     def provenance(self) -> dict[str, Any]:
         return {"policy": "script", "model": "script"}
