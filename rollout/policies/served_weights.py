@@ -13,13 +13,14 @@ server was lost is stamped with what the re-probe says, or refused.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentenvs.envs.weights_identity import WeightsIdentity
 from agentenvs.rollout.policies.base import PolicyError
-from agentenvs.rollout.weights.custody import PROVEN, WeightsCustody
+from agentenvs.rollout.weights.custody import PROVEN, Fingerprint, WeightsCustody
 from agentenvs.rollout.weights.gate import SwapGate
 from agentenvs.rollout.weights.instances import ServerInstances
+from agentenvs.rollout.weights.reprobe import reprobe
 
 if TYPE_CHECKING:
     from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
@@ -36,8 +37,13 @@ class ServedWeights:
         *,
         watch_instances: bool,
     ) -> None:
-        self.custody = WeightsCustody(WeightsIdentity(version=version))
-        """The identity turns are stamped with, and what takes its proof away."""
+        self.policy = policy
+        self.custody = WeightsCustody(WeightsIdentity(version=version), reprobe=self._reprobe)
+        """The identity turns are stamped with, its proofs' fingerprints, and what
+        takes its proof away."""
+        self.left_paused: list[Any] = []
+        """Servers (:class:`~agentenvs.rollout.weights.engine.VLLMEngine`) a failed sync
+        paused and could not resume: resumed before anything else is asked of them."""
         self.gate = SwapGate()
         self.instances = ServerInstances(policy, instance_check_interval)
         """Each server's start time, read again at most every ``instance_check_interval``
@@ -50,6 +56,9 @@ class ServedWeights:
     @property
     def identity(self) -> WeightsIdentity:
         return self.custody.identity
+
+    async def _reprobe(self, fingerprint: Fingerprint) -> None:
+        await reprobe(self.policy, fingerprint)
 
     async def before_request(self) -> None:
         """A new server instance loses the proof; a lost proof is re-probed when this
