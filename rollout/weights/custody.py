@@ -59,6 +59,11 @@ def same_weights(a: WeightsIdentity, b: WeightsIdentity) -> bool:
     )
 
 
+def same_files(a: WeightsIdentity, b: WeightsIdentity) -> bool:
+    """The same weights on disk (pushed again under another version), or the same identity."""
+    return bool(a.sha256 and a.sha256 == b.sha256) or same_weights(a, b)
+
+
 @dataclass(frozen=True)
 class Fingerprint:
     """What the servers answered to a probe while serving one identity."""
@@ -95,7 +100,10 @@ class WeightsCustody:
         self.seen: deque[WeightsIdentity] = deque([identity], maxlen=SEEN)
         """The latest identity of each recent version, oldest first."""
         self.fingerprints: deque[Fingerprint] = deque(maxlen=SEEN)
-        """The latest fingerprint of each recent identity, oldest first."""
+        """The latest fingerprint of each recent weights, oldest first."""
+        self.base_fingerprints: list[Fingerprint] = []
+        """The base checkpoint's, one per probe: never pushed out by later syncs, since a
+        restarted server serves it again."""
         self.proven_versions: set[int | str | None] = set()
         """Every version this policy ever held proven (turns were stamped with it)."""
         self.losses = 0
@@ -128,13 +136,23 @@ class WeightsCustody:
         return next((i for i in reversed(self.seen) if i.version == version), None)
 
     def remember(self, fingerprint: Fingerprint) -> None:
-        """Keep a fingerprint (replacing an older one of the same weights and probe)."""
+        """Keep a fingerprint, replacing an older one of the same weights (the same
+        identity, or the same files pushed again under another version) and probe."""
+        if fingerprint.identity.path == "base":
+            others = [f for f in self.base_fingerprints if f.probe != fingerprint.probe]
+            self.base_fingerprints = [*others, fingerprint]
+            return
         for known in list(self.fingerprints):
-            if known.probe == fingerprint.probe and same_weights(
+            if known.probe == fingerprint.probe and same_files(
                 known.identity, fingerprint.identity
             ):
                 self.fingerprints.remove(known)
         self.fingerprints.append(fingerprint)
+
+    def candidates(self, probe: Probe) -> list[Fingerprint]:
+        """Every kept fingerprint of ``probe``: the base checkpoint's, then recent ones."""
+        kept = [*self.base_fingerprints, *self.fingerprints]
+        return [f for f in kept if f.probe == probe]
 
     def fingerprint_of(self, identity: WeightsIdentity) -> Fingerprint | None:
         """The latest fingerprint that proved these very weights, if one is kept."""

@@ -44,7 +44,7 @@ from typing import TypeVar
 from agentenvs.envs.weights_identity import SyncPath, WeightsIdentity, hash_weights
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
-from agentenvs.rollout.weights.custody import Fingerprint, same_weights
+from agentenvs.rollout.weights.custody import Fingerprint, same_files
 from agentenvs.rollout.weights.engine import VLLMEngine, WeightSyncError, resume_all
 from agentenvs.rollout.weights.probe import (
     Probe,
@@ -344,8 +344,8 @@ class WeightSync:
         others: list[Candidate] = []
         if not (candidate.sha256 and previous.sha256 == candidate.sha256):
             others.append(Candidate("the weights served before the load", before.scores[url]))
-        for fingerprint in self.policy.custody.fingerprints:
-            if fingerprint.probe != self.probe or _same_files(fingerprint.identity, candidate):
+        for fingerprint in self.policy.custody.candidates(self.probe):
+            if same_files(fingerprint.identity, candidate):
                 continue
             other = fingerprint.candidate(url)
             if other is not None:
@@ -417,11 +417,6 @@ class WeightSync:
         for engine in self.engines:
             with contextlib.suppress(WeightSyncError):  # already gone: nothing uses it now
                 await engine.unload_lora(name)
-
-
-def _same_files(a: WeightsIdentity, b: WeightsIdentity) -> bool:
-    """The same weights on disk (a push of them again), or the same identity."""
-    return bool(a.sha256 and a.sha256 == b.sha256) or same_weights(a, b)
 
 
 __all__ = ["SyncReport", "VerificationError", "WeightSync", "WeightSyncError"]
