@@ -6,18 +6,20 @@ replaces after a verified swap). Requests wait at :attr:`ServedWeights.gate` whi
 a swap is under way; inside a Ray actor that is the actor's gate, which a sync in
 the driver closes and opens with the new weights. Before each request the proof is
 kept honest (:mod:`agentenvs.rollout.weights.custody`): a new server instance loses
-it, and a lost proof is re-probed when a sync left a way to; a turn during which a
-server was lost is stamped with what the re-probe says, or refused.
+it, and a lost proof is re-probed with the fingerprint of exactly the identity that
+was lost (:mod:`agentenvs.rollout.weights.reprobe`), when one is kept; a turn during
+which a server was lost is stamped with what the re-probe says, or refused.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agentenvs.envs.weights_identity import WeightsIdentity
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.weights.custody import PROVEN, Fingerprint, WeightsCustody
+from agentenvs.rollout.weights.engine import VLLMEngine
 from agentenvs.rollout.weights.gate import SwapGate
 from agentenvs.rollout.weights.instances import ServerInstances
 from agentenvs.rollout.weights.reprobe import reprobe
@@ -41,9 +43,9 @@ class ServedWeights:
         self.custody = WeightsCustody(WeightsIdentity(version=version), reprobe=self._reprobe)
         """The identity turns are stamped with, its proofs' fingerprints, and what
         takes its proof away."""
-        self.left_paused: list[Any] = []
-        """Servers (:class:`~agentenvs.rollout.weights.engine.VLLMEngine`) a failed sync
-        paused and could not resume: resumed before anything else is asked of them."""
+        self.left_paused: list[VLLMEngine] = []
+        """Servers a failed sync paused and could not resume: resumed before anything
+        else is asked of them (by the next sync or re-probe)."""
         self.gate = SwapGate()
         self.instances = ServerInstances(policy, instance_check_interval)
         """Each server's start time, read again at most every ``instance_check_interval``

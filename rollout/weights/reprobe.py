@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.weights.custody import Fingerprint
-from agentenvs.rollout.weights.engine import VLLMEngine, resume_all
+from agentenvs.rollout.weights.engine import resume_all
 from agentenvs.rollout.weights.probe import score_on_server
 from agentenvs.rollout.weights.proof import differs
 
@@ -52,7 +52,7 @@ async def reprobe(policy: OpenAICompatPolicy, fingerprint: Fingerprint) -> None:
 
 async def resume_left_paused(policy: OpenAICompatPolicy) -> None:
     """A server a failed sync left paused holds every request: resume it first."""
-    left: list[VLLMEngine] = policy.served.left_paused
+    left = policy.served.left_paused
     if left:
         policy.served.left_paused, failure = await resume_all(left)
         if failure is not None:
