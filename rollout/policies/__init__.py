@@ -58,21 +58,19 @@ def make_policy(name: str, **options: Any) -> Policy | PolicyFactory:
       each turn of a rollout gets its own derived, recorded seed; ``trace`` a
       ``RequestTrace`` records when each request was in flight.
 
-    Every policy also takes ``weights_version``, stored with each group's provenance
-    so a trainer can tell how stale the samples are.
+    ``hf``, ``openai`` and ``scripted`` also take ``weights_version``, stored with
+    each group's provenance so a trainer can tell how stale the samples are (the
+    :class:`~.base.VersionedPolicy` capability, declared as a constructor option);
+    the others refuse it.
     """
-    weights_version = options.pop("weights_version", None)
     target, checked = _checked_options(name, options)
-    policy = target(**{key: getattr(checked, key) for key in options})
-    if weights_version is not None:
-        policy.weights_version = weights_version  # recorded in every group's provenance
-    return policy
+    return target(**{key: getattr(checked, key) for key in options})
 
 
 def check_policy_options(name: str, options: dict[str, Any]) -> None:
     """Raise the ``ValueError`` :func:`make_policy` would for this name and these
     options, without making the policy (the CLI checks before loading a tokenizer)."""
-    _checked_options(name, {k: v for k, v in options.items() if k != "weights_version"})
+    _checked_options(name, options)
 
 
 def _checked_options(name: str, options: dict[str, Any]) -> tuple[Any, Any]:
@@ -81,17 +79,29 @@ def _checked_options(name: str, options: dict[str, Any]) -> tuple[Any, Any]:
 
     target = POLICIES.load(name)
     schema = _options_model(name, target)
+    if "weights_version" in options and not _declares_version(target):
+        declaring = [n for n in POLICIES.names() if _declares_version(POLICIES.load(n))]
+        raise ValueError(
+            f"policy {name!r} does not declare weights_version: it samples with no "
+            "versioned weights, so no version can be recorded for it; leave weights_version "
+            f"out (policies that declare it: {', '.join(declaring)})"
+        )
     unknown = sorted(set(options) - set(schema.model_fields))
     if unknown:
         raise ValueError(
             f"unknown option(s) {', '.join(unknown)} for policy {name!r}; "
-            f"accepted: {', '.join([*schema.model_fields, 'weights_version'])}"
+            f"accepted: {', '.join(schema.model_fields)}"
         )
     try:
         return target, schema(**options)
     except ValidationError as err:
         problems = "; ".join(_problem(e) for e in err.errors())
         raise ValueError(f"bad option for policy {name!r}: {problems}") from None
+
+
+def _declares_version(target: Any) -> bool:
+    """The :class:`~.base.VersionedPolicy` capability, declared as a constructor option."""
+    return "weights_version" in inspect.signature(target).parameters
 
 
 def _problem(error: Any) -> str:

@@ -103,7 +103,11 @@ class VersionedPolicy(Protocol):
     """Samples with a known version of the weights (None: not known).
 
     Recorded in each group's provenance; a weight sync bumps it, and streaming
-    collection drops groups sampled too many versions ago."""
+    collection drops groups sampled too many versions ago. A policy made by name
+    declares it as a ``weights_version`` constructor option (``hf``, ``openai``,
+    ``scripted``); :func:`~agentenvs.rollout.policies.make_policy` refuses
+    ``weights_version=`` for one that does not (``replay``, ``interactive``: they
+    sample with no trained weights)."""
 
     weights_version: int | str | None
 

@@ -191,6 +191,7 @@ class HFPolicy:
         device: str = "cpu",
         dtype: str = "float32",
         eos_token_ids: list[int] | None = None,
+        weights_version: int | str | None = None,
     ) -> None:
         import torch
 
@@ -216,6 +217,9 @@ class HFPolicy:
         self.top_p = top_p
         self.max_tokens = max_tokens
         self.seed = seed
+        self.weights_version = weights_version
+        """The version of the model's weights (a :class:`~.base.VersionedPolicy`): a
+        training loop that updates the model in place bumps it after each step."""
         self.generator = torch.Generator(device=device)
         if seed is not None:
             self.generator.manual_seed(seed)

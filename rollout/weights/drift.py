@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentenvs.envs.errors import AgentEnvsError
+from agentenvs.rollout.data.samples import PARSE_ERROR_MASKED_METRIC
 from agentenvs.rollout.weights.proof import Tolerance
 from agentenvs.rollout.weights.stamps import VERSION_LOG, Version
 
 if TYPE_CHECKING:
+    from agentenvs.envs.types import Trajectory
     from agentenvs.rollout.collect.records import GroupRecord
     from agentenvs.rollout.weights.probe import ReferenceLogprobs
 
@@ -216,6 +218,22 @@ def alarmed_keys(reports: Iterable[DriftReport]) -> dict[str, str]:
                 for key in version.keys:
                     refused.setdefault(key, f"step {report.step}: {version.alarm}")
     return refused
+
+
+def trained_versions(traj: Trajectory) -> list[Version | None]:
+    """The version stamp of every trained token of a trajectory, in order: each turn's
+    sampled tokens carry its turn's version (None where the turn has none). A sync
+    that landed mid-episode gives one trajectory tokens of several versions, and
+    each token is compared under its own (a whole-row version would leave them out).
+
+    Trained tokens come in turn order, ``len(action)`` per turn, none for a turn
+    masked as a parse error (:mod:`agentenvs.rollout.data.samples`), so a training
+    sample's trained tokens are a slice of this list, whatever prefix breaks cut it."""
+    versions: list[Version | None] = []
+    for tr in traj.transitions:
+        if float(tr.metrics.get(PARSE_ERROR_MASKED_METRIC, 0.0)) < 1.0:
+            versions += [tr.logs.get(VERSION_LOG)] * len(tr.ac.tokens)
+    return versions
 
 
 def rows_from_records(

@@ -17,11 +17,13 @@ A missing endpoint is a :class:`WeightSyncError` that says which flag enables it
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.rollout.policies.base import PolicyError
-from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
+
+if TYPE_CHECKING:
+    from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 
 
 class WeightSyncError(AgentEnvsError, RuntimeError):
@@ -107,3 +109,16 @@ class VLLMEngine:
             raise WeightSyncError(f"/v1/models failed: {err}", status=err.status) from None
         except (KeyError, TypeError) as err:
             raise WeightSyncError(f"/v1/models answered without a model list: {err!r}") from None
+
+
+async def resume_all(engines: list[VLLMEngine]) -> tuple[list[VLLMEngine], WeightSyncError | None]:
+    """Resume each engine: those that could not be, and the first failure."""
+    failure: WeightSyncError | None = None
+    left: list[VLLMEngine] = []
+    for engine in engines:
+        try:
+            await engine.resume()
+        except WeightSyncError as err:
+            failure = failure or err
+            left.append(engine)
+    return left, failure

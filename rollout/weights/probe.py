@@ -19,17 +19,21 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentenvs.envs.errors import AgentEnvsError
-from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 from agentenvs.rollout.weights.proof import (
     MIN_SCORED_TOKENS,
     NOISE,
+    Candidate,
     Separation,
     Tolerance,
+    rms,
     separate,
 )
+
+if TYPE_CHECKING:
+    from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 
 ReferenceLogprobs = Callable[[list[int], int], list[float] | Awaitable[list[float]]]
 """``(sequence, start) -> logprobs of sequence[start:]`` under the trainer's new weights."""
@@ -113,7 +117,8 @@ class ProbeResult:
     """Largest difference on the continuation (the prefix-cache check)."""
     tolerance: Tolerance
     separation: Separation
-    """The teacher-forced comparison: new weights against the previous ones."""
+    """The teacher-forced comparison: agreement with the new weights, distance from
+    every other candidate."""
     after: list[float] = field(default_factory=list)
     """The server's teacher-forced scores (the fingerprint a re-probe compares to)."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -169,14 +174,26 @@ async def score_on_server(
 ) -> list[float]:
     """The server's teacher-forced logprob of every scored position, all sequences
     in order (vLLM's ``prompt_logprobs``)."""
+    return await score_sequences(policy, probe.sequences, model, server, probe.seed)
+
+
+async def score_sequences(
+    policy: OpenAICompatPolicy,
+    sequences: Sequence[Sequence[int]],
+    model: str,
+    server: str | None,
+    seed: int,
+) -> list[float]:
+    """The server's teacher-forced logprob of every position after the first, of
+    each sequence in order."""
     scores: list[float] = []
-    for sequence in probe.sequences:
+    for sequence in sequences:
         body = {
             "model": model,
             "prompt": list(sequence),
             "max_tokens": 1,
             "temperature": 1.0,
-            "seed": probe.seed,
+            "seed": seed,
             "prompt_logprobs": 0,
             "return_tokens_as_token_ids": True,
             "skip_special_tokens": False,
@@ -227,12 +244,14 @@ async def verify(
     reference: ReferenceLogprobs,
     tolerance: Tolerance,
     *,
-    before: Sequence[float],
+    candidates: Sequence[Candidate],
     new: Sequence[float] | None = None,
     server: str | None = None,
 ) -> ProbeResult:
     """Probe one server after a load: its continuation against the trainer, and its
-    teacher-forced scores against the trainer's (``new``) and its own ``before``."""
+    teacher-forced scores against the trainer's (``new``) and against each other
+    candidate it could be serving. The first sequence is scored twice: a server whose
+    answers move on the same weights widens its own separation unit."""
     tokens, served = await sample_probe(policy, probe, model, server)
     trainer = list(await _resolve(reference(list(probe.prompt) + tokens, len(probe.prompt))))
     if len(trainer) != len(tokens):
@@ -241,8 +260,10 @@ async def verify(
         )
     diff = max(abs(a - b) for a, b in zip(served, trainer, strict=True))
     after = await score_on_server(policy, probe, model, server)
+    again = await score_sequences(policy, probe.sequences[:1], model, server, probe.seed)
+    tolerance = tolerance.with_observed_repeat(rms(again, after[: len(again)]))
     new = list(new) if new is not None else await score_with_reference(reference, probe)
-    separation = separate(after, before, new, tolerance)
+    separation = separate(after, new, candidates, tolerance)
     return ProbeResult(
         tokens, served, trainer, diff, tolerance, separation, after, url=server or policy.url
     )

@@ -12,10 +12,13 @@ One sync, on either path:
    the cache keep the old weights' keys and values and the next rollout matches
    neither model (the probe shows it: :mod:`.probe`);
 5. resume the engine, and verify: the server's logprobs on a fixed probe against
-   the trainer's own forward pass of the new weights;
+   the trainer's own forward pass of the new weights, and against the server's own
+   answers under every other weights it could be serving: what it served before
+   the load, its base checkpoint, every identity proven recently (:mod:`.proof`);
 6. only on a match, move the policy to the new :class:`WeightsIdentity` (version,
-   what was loaded, its hash, the probe's difference) and open the gate. Every
-   turn sampled afterwards is stamped with it, in the actors too (their gate opens
+   what was loaded, its hash, the probe's difference), keep the probe's answers as
+   the identity's fingerprint (:mod:`.custody`), and open the gate. Every turn
+   sampled afterwards is stamped with it, in the actors too (their gate opens
    with it).
 
 A policy with several servers (``url="http://a,http://b"``, load-balanced) has
@@ -33,15 +36,16 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
-from agentenvs.envs.weights_identity import Proof, SyncPath, WeightsIdentity, hash_weights
+from agentenvs.envs.weights_identity import SyncPath, WeightsIdentity, hash_weights
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
-from agentenvs.rollout.weights.engine import VLLMEngine, WeightSyncError
+from agentenvs.rollout.weights.custody import Fingerprint, same_files
+from agentenvs.rollout.weights.engine import VLLMEngine, WeightSyncError, resume_all
 from agentenvs.rollout.weights.probe import (
     Probe,
     ProbeResult,
@@ -51,9 +55,13 @@ from agentenvs.rollout.weights.probe import (
     score_with_reference,
     verify,
 )
-from agentenvs.rollout.weights.proof import Tolerance, rms
+from agentenvs.rollout.weights.proof import Candidate, Tolerance
+from agentenvs.rollout.weights.reprobe import resume_left_paused
 
 T = TypeVar("T")
+
+_GONE = frozenset({400, 404})
+"""How vLLM refuses a model name it does not serve (an adapter a restart dropped)."""
 
 
 @dataclass
@@ -70,7 +78,15 @@ class SyncReport:
     probes: list[ProbeResult] = field(default_factory=list)
     """Every server's probe (``probe`` is the one furthest from the new weights)."""
     before_s: float = 0.0
-    """Scoring the servers before the load (the previous weights' reference)."""
+    """Scoring the servers before the load (what they served until now)."""
+
+
+@dataclass(frozen=True)
+class _Before:
+    """Each server's answers just before the load, and the name they were scored under."""
+
+    model: str
+    scores: dict[str, tuple[float, ...]]
 
 
 class WeightSync:
@@ -98,19 +114,15 @@ class WeightSync:
         self.keep_adapters = max(1, keep_adapters)
         self.loaded_adapters: list[str] = []
         self.reports: list[SyncReport] = []
-        self.fingerprint: dict[str, list[float]] = {}
-        self.fingerprint_version: int | str | None = None
-        """The version the fingerprint was taken of."""
-        """Each server's teacher-forced probe scores when the current identity was
-        proven: what a re-probe compares with."""
-        self.left_paused: list[VLLMEngine] = []
-        """Servers a failed sync paused and could not resume: resumed first next time."""
-        policy.custody.recover = self.reprobe
 
     def next_version(self) -> int:
-        """One past the last verified version (a failed one was never trusted: reused)."""
+        """One past the current version. A failed version's number is used again only
+        when no turn was ever stamped with it as proven (a push that never verified);
+        one that was proven and then lost (a restarted server) names those weights in
+        the records, so new weights get a new number."""
         current = self.policy.weights_version
-        if self.policy.weights.failed and isinstance(current, int):
+        never_proven = current not in self.policy.custody.proven_versions
+        if self.policy.weights.failed and isinstance(current, int) and never_proven:
             return current
         if current is None:
             return 1
@@ -169,7 +181,14 @@ class WeightSync:
             reset=reset_prefix_cache,
         )
 
-    async def _sync(self, candidate, reference, load, *, reset: bool) -> SyncReport:
+    async def _sync(
+        self,
+        candidate: WeightsIdentity,
+        reference: ReferenceLogprobs,
+        load: Callable[[VLLMEngine], Awaitable[None]],
+        *,
+        reset: bool,
+    ) -> SyncReport:
         started = time.perf_counter()
         # Gates linked to the policy's (a Ray executor's actors) reopen with whatever
         # identity the swap ends on: the verified one, or a failed reload's.
@@ -178,9 +197,9 @@ class WeightSync:
         # the new identity only when all of them match, since the load balancer may
         # send the next turn to any of them.
         async with self.policy.gate.swap(opens_with=lambda: self.policy.weights):
-            await self._resume_left_paused()
-            served = self.policy.served_model() or await self.policy.model_name()
-            before = await self._previous_scores(candidate, served)
+            await resume_left_paused(self.policy)
+            previous = self.policy.weights
+            before = await self._scores_before(candidate)
             prepared = time.perf_counter()
             paused, reset_s = await self._load_everywhere(candidate, load, reset)
             loaded = time.perf_counter()
@@ -198,7 +217,7 @@ class WeightSync:
                         model,
                         reference,
                         self.tolerance,
-                        before=before[e.url],
+                        candidates=self._candidates(candidate, previous, before, e.url),
                         new=new,
                         server=e.url,
                     ),
@@ -221,8 +240,15 @@ class WeightSync:
                 exact=exact,
                 failed=None,
             )
-            self.fingerprint = {r.url: r.after for r in results}
-            self.fingerprint_version = candidate.version
+            self.policy.custody.remember(
+                Fingerprint(
+                    identity=self.policy.weights,
+                    probe=self.probe,
+                    model=model,
+                    scores={r.url: tuple(r.after) for r in results},
+                    tolerance=max((r.tolerance for r in results), key=lambda t: t.repeat),
+                )
+            )
             await self.policy.instances.record()
             verified = time.perf_counter()
         report = SyncReport(
@@ -240,7 +266,7 @@ class WeightSync:
         return report
 
     async def _load_everywhere(
-        self, candidate, load, reset: bool
+        self, candidate: WeightsIdentity, load: Callable[[VLLMEngine], Awaitable[None]], reset: bool
     ) -> tuple[list[VLLMEngine], float]:
         """Pause, load, reset the prefix cache and resume every server: the servers
         paused, and the seconds the reset took. Every server paused is resumed, even
@@ -264,7 +290,7 @@ class WeightSync:
                 reset_s = time.perf_counter() - reset_started
         except BaseException as err:  # cancelled too: the servers must not stay paused
             failure = err
-        self.left_paused, unresumed = await _resume_all(paused)
+        self.policy.served.left_paused, unresumed = await resume_all(paused)
         if unresumed is not None:
             if failure is None:
                 failure = unresumed
@@ -275,30 +301,56 @@ class WeightSync:
             raise failure
         return paused, reset_s
 
-    async def _previous_scores(
-        self, candidate: WeightsIdentity, served: str
-    ) -> dict[str, list[float]]:
-        """Each server's teacher-forced scores of the previous weights: the last proof's
-        (the previous version, even when a failed sync left the server holding other
-        weights since), else the server's own answer now (a first sync, or a push of
-        the proven version itself again, e.g. to a restarted server)."""
-        before = {}
-        proven_before = self.fingerprint_version != candidate.version
+    async def _scores_before(self, candidate: WeightsIdentity) -> _Before:
+        """Each server's teacher-forced scores just before the load, under the name the
+        policy samples with now. A server that no longer knows that name (an adapter a
+        restart dropped) serves its base model: it is scored under that name instead.
+        A policy still on its base checkpoint keeps the answers as the base's
+        fingerprint, a candidate every later sync must tell its weights from."""
+        base = await self.policy.model_name()
+        model = self.policy.served_model() or base
+        scores: dict[str, tuple[float, ...]] = {}
         for engine in self.engines:
-            if proven_before and engine.url in self.fingerprint:
-                before[engine.url] = self.fingerprint[engine.url]
-                continue
             try:
-                before[engine.url] = await score_on_server(
-                    self.policy, self.probe, served, engine.url
-                )
+                try:
+                    scored = await score_on_server(self.policy, self.probe, model, engine.url)
+                except PolicyError as err:
+                    if err.status not in _GONE or model == base:
+                        raise
+                    model = base  # every server lost the adapter with the restart
+                    scored = await score_on_server(self.policy, self.probe, model, engine.url)
             except PolicyError as err:
                 self._step_failed(candidate, err, loading=False)
                 raise WeightSyncError(
                     f"scoring the probe on {engine.url} before the load failed: {err}",
                     status=err.status,
                 ) from None
-        return before
+            scores[engine.url] = tuple(scored)
+        current = self.policy.weights
+        if current.path == "base" and current.proof == "none" and model == base:
+            self.policy.custody.remember(
+                Fingerprint(current, self.probe, model, scores, self.tolerance)
+            )
+        return _Before(model, scores)
+
+    def _candidates(
+        self, candidate: WeightsIdentity, previous: WeightsIdentity, before: _Before, url: str
+    ) -> list[Candidate]:
+        """Everything else the server could be serving, as it answered the probe: the
+        weights it served before the load (left out when the policy held these very
+        weights already, a push of the same version again), and the recorded
+        fingerprints of the base checkpoint and of recent identities (all but these
+        weights)."""
+        others: list[Candidate] = []
+        if not (candidate.sha256 and previous.sha256 == candidate.sha256):
+            others.append(Candidate("the weights served before the load", before.scores[url]))
+        for fingerprint in self.policy.custody.candidates(self.probe):
+            if same_files(fingerprint.identity, candidate):
+                continue
+            other = fingerprint.candidate(url)
+            if other is not None:
+                others.append(other)
+        return others
 
     async def _step(
         self, candidate: WeightsIdentity, step: Awaitable[T], *, loading: bool = True
@@ -338,53 +390,6 @@ class WeightSync:
             "the server keeps serving the previous adapter"
         )
 
-    async def reprobe(self) -> None:
-        """After a lost proof: score the probe again on every server and compare with
-        the fingerprint of the proof. The same answers restore the identity as it
-        was proven; others (a server restarted with its base checkpoint, an adapter
-        gone) mean the servers run other weights, and sampling is refused."""
-        lost = self.policy.weights
-        reason = self.policy.custody.lost or "the proof was lost"
-        proven = replace(
-            lost, proof=self._proof_of(lost), verified=self._proof_of(lost) == "verified"
-        )
-        async with self.policy.gate.swap(opens_with=lambda: self.policy.weights):
-            await self._resume_left_paused()
-            model = self.policy.served_model() or await self.policy.model_name()
-            for url, recorded in self.fingerprint.items():
-                try:
-                    now = await score_on_server(self.policy, self.probe, model, url)
-                except PolicyError as err:
-                    if err.status is None:
-                        raise  # still unreachable: stays lost, the next turn asks again
-                    now = None
-                    problem = f"the re-probe was refused: {err}"
-                else:
-                    problem = _differs(now, recorded, self.tolerance)
-                if problem:
-                    self.policy.weights = replace(
-                        lost,
-                        failed=f"{url} no longer serves weights version {lost.version} "
-                        f"({lost.label()}): {problem}; lost because {reason}",
-                    )
-                    return
-            self.policy.weights = proven
-            await self.policy.instances.record()
-
-    async def _resume_left_paused(self) -> None:
-        """A server a failed sync left paused holds every request: resume it first."""
-        if self.left_paused:
-            self.left_paused, failure = await _resume_all(self.left_paused)
-            if failure is not None:
-                raise failure
-
-    def _proof_of(self, identity: WeightsIdentity) -> Proof:
-        """The proof the identity had when it was made (kept by its sync's report)."""
-        for report in reversed(self.reports):
-            if report.identity.version == identity.version:
-                return report.identity.proof
-        return "indistinguishable"
-
     def _refuse(self, candidate: WeightsIdentity, result: ProbeResult) -> None:
         problem = result.describe() + (f" on {result.url}" if len(self.engines) > 1 else "")
         path: SyncPath = candidate.path
@@ -412,33 +417,6 @@ class WeightSync:
         for engine in self.engines:
             with contextlib.suppress(WeightSyncError):  # already gone: nothing uses it now
                 await engine.unload_lora(name)
-
-
-def _differs(now: list[float], recorded: list[float], tolerance: Tolerance) -> str | None:
-    """Why a server's scores now are not the ones it gave at the proof (None: same)."""
-    if len(now) != len(recorded):
-        return f"{len(now)} scored tokens, {len(recorded)} at the proof"
-    spread = rms(now, recorded)
-    worst = max(abs(a - b) for a, b in zip(now, recorded, strict=True))
-    if spread > tolerance.rms or worst > tolerance.max:
-        return (
-            f"its probe scores moved by rms {spread:.3g} (tolerance {tolerance.rms:.3g}), "
-            f"max {worst:.3g} (tolerance {tolerance.max:.3g})"
-        )
-    return None
-
-
-async def _resume_all(engines: list[VLLMEngine]) -> tuple[list[VLLMEngine], WeightSyncError | None]:
-    """Resume each engine: those that could not be, and the first failure."""
-    failure: WeightSyncError | None = None
-    left: list[VLLMEngine] = []
-    for engine in engines:
-        try:
-            await engine.resume()
-        except WeightSyncError as err:
-            failure = failure or err
-            left.append(engine)
-    return left, failure
 
 
 __all__ = ["SyncReport", "VerificationError", "WeightSync", "WeightSyncError"]

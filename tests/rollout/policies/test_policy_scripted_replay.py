@@ -9,7 +9,7 @@ from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.collect.rollouts import do_group_rollout
 from agentenvs.rollout.collect.store import TrajectoryStore
-from agentenvs.rollout.policies import make_policy
+from agentenvs.rollout.policies import check_policy_options, make_policy
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.replay import ReplayPolicy
 
@@ -129,3 +129,13 @@ async def test_weights_version_is_recorded_with_every_group(tokenizer):
     assert [r.provenance["policy"] for r in result.records] == [
         {"policy": "scripted", "variant": "oracle", "weights_version": "step-12"}
     ] * 2
+
+
+def test_weights_version_is_refused_by_a_policy_that_does_not_declare_it():
+    """Only a policy that declares the capability takes a version: one written onto a
+    human's answers would label them with weights that never sampled them."""
+    with pytest.raises(ValueError, match=r"'interactive' does not declare weights_version.*hf, "):
+        make_policy("interactive", weights_version=3)
+    with pytest.raises(ValueError, match="'replay' does not declare weights_version"):
+        check_policy_options("replay", {"path": "runs.jsonl", "weights_version": 3})
+    check_policy_options("scripted", {"weights_version": 3})  # declared: accepted

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from agentenvs.envs.types import StopCondition
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 from agentenvs.rollout.policies.stop import StopSplit, split_stop
+from agentenvs.rollout.policies.wire_dialects import TurnRequest
 
 
 def test_split_keeps_strings_and_ids_in_order() -> None:
@@ -29,14 +31,18 @@ def test_empty_condition() -> None:
 def test_vllm_and_sglang_bodies_send_no_bool_id() -> None:
     """Both HTTP bodies go through the shared split (the drifted copies accepted ``True``)."""
     vllm = OpenAICompatPolicy("http://127.0.0.1:1", api="vllm")
-    body = vllm._vllm_body([1, 2], [True, 9, "</s>"], 4)
+    body = vllm.wire.body(_turn([1, 2], [True, 9, "</s>"]))
     assert body["stop_token_ids"] == [9]
     assert body["stop"] == ["</s>"]
     sglang = OpenAICompatPolicy("http://127.0.0.1:1", api="sglang")
-    params = sglang._sglang_body([1, 2], [True, 9, "</s>"], 4)["sampling_params"]
+    params = sglang.wire.body(_turn([1, 2], [True, 9, "</s>"]))["sampling_params"]
     assert params["stop_token_ids"] == [9]
     assert params["stop"] == ["</s>"]
-    assert "stop_token_ids" not in vllm._vllm_body([1], [True], 4)
+    assert "stop_token_ids" not in vllm.wire.body(_turn([1], [True]))
+
+
+def _turn(prompt: list[int], stop: StopCondition) -> TurnRequest:
+    return TurnRequest(prompt, stop, max_tokens=4, temperature=1.0, top_p=1.0)
 
 
 def test_request_fields_leave_out_an_empty_kind() -> None:

@@ -6,9 +6,11 @@
   not vouched for until a sync succeeds (full) or a re-probe shows the previous
   adapter is still served (LoRA);
 * a server killed and restarted at the same address comes back with its base
-  checkpoint: the policy sees a new instance, the re-probe finds other weights,
-  and nothing after the restart is stamped with the pushed version; ``stop()`` of
-  a server whose API process was killed ends its engine processes too.
+  checkpoint: the policy sees a new instance, the re-probe (of the lost identity's
+  own fingerprint, however many syncs the policy has) finds other weights, and
+  nothing after the restart is stamped with the pushed version; a LoRA policy
+  syncs its next version onto the restarted server; the engine processes of a
+  server whose API process was killed end by themselves.
 
 Updates are one AdamW step at lr 1e-5 (``one_rl_step``), the size real RL makes.
 """
@@ -32,7 +34,7 @@ from support.weight_updates import _group_builders, one_rl_step
 from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
-from agentenvs.rollout.policies.vllm_server import VLLMOptions, _group_alive, start_vllm
+from agentenvs.rollout.policies.vllm_server import VLLMOptions, _wait_group_gone, start_vllm
 from agentenvs.rollout.weights.engine import WeightSyncError
 from agentenvs.rollout.weights.probe import Probe, torch_reference
 from agentenvs.rollout.weights.sync import WeightSync
@@ -151,27 +153,38 @@ async def test_a_restarted_server_is_a_new_instance_and_its_turns_are_never_stam
     tokenizer,
     tmp_path,
 ):
+    """One restart, three holes: the engine processes of a SIGKILLed API server end by
+    themselves; a policy with two syncs re-probes the fingerprint of the identity it
+    lost (not the last-constructed sync's, which knows none and called the base model
+    "v1, indistinguishable"); a LoRA policy re-syncs after the restart (it reused the
+    failed version's number and scored an adapter the new server no longer had)."""
     options = VLLMOptions(served_model_name=SERVED_NAME, lora_rank=LORA_RANK)
     first = start_vllm(vllm_server.model_dir, tmp_path / "first.log", options)
     port = int(first.url.rsplit(":", 1)[1])
     second = None
     try:
+        adapter, lora_sync, _ = await _proven(
+            first.url, tokenizer, vllm_server, tmp_path / "lora", lora=True,
+            instance_check_interval=0.2,
+        )  # fmt: skip
         policy, sync, trained = await _proven(
             first.url, tokenizer, vllm_server, tmp_path, lora=False, instance_check_interval=0.2
         )
+        # A second sync on the same policy (another probe and tolerance), made last.
+        WeightSync(policy, probe=Probe.default(len(tokenizer), length=160), dtype="bfloat16")
         before = await collect(_group_builders(tokenizer), policy, progress=False)
         turns = [tr for t in before.ok[0].group.trajectories for tr in t.transitions]
         assert {
             (tr.logs["policy/weights_version"], tr.logs["policy/weights_proof"]) for tr in turns
         } == {(1, "verified")}
 
-        # SIGKILL of the API server alone, as a crash gives; stop() ends the rest.
+        # SIGKILL of the API server alone, as a crash gives: its engine processes end
+        # by themselves, without stop().
         members = _group_members(first.process.pid)
         assert len(members) > 1, members  # the engine core runs in its own process
         os.kill(first.process.pid, signal.SIGKILL)
         first.process.wait(30)
-        first.stop()
-        assert not _group_alive(first.process), _group_members(first.process.pid)
+        assert _wait_group_gone(first.process, 30), _group_members(first.process.pid)
 
         with pytest.raises(PolicyError):
             await policy([5, 6, 7], [], max_tokens=2)  # nothing listens: the proof is lost
@@ -186,6 +199,18 @@ async def test_a_restarted_server_is_a_new_instance_and_its_turns_are_never_stam
         assert all("no longer serves weights version 1" in r.error for r in after.failed)
         assert policy.weights.failed and not policy.weights.verified
 
+        # The LoRA policy: its adapter is gone with the restart; a push of the next
+        # version verifies, numbered past the version its turns were stamped with.
+        with pytest.raises(PolicyError, match="not vouched for"):
+            await adapter([5, 6, 7], [], max_tokens=2)
+        assert adapter.weights.failed and adapter.weights.version == 1
+        next_step = one_rl_step(vllm_server.model_dir, tmp_path / "lora-v2", lr=1e-5, lora=True)
+        report = await lora_sync.push_lora(tmp_path / "lora-v2", torch_reference(next_step))
+        assert (report.identity.version, report.identity.proof) == (2, "verified")
+        out = await adapter([5, 6, 7], [], max_tokens=2)
+        assert (out.stamp["weights_version"], out.stamp["weights_proof"]) == (2, "verified")
+        await adapter.aclose()
+
         # A new instance seen by its start time alone, no connection error: here the
         # recorded start time is made stale, so the server looks restarted although it
         # still serves v1; the re-probe that follows finds the same weights.
@@ -194,13 +219,14 @@ async def test_a_restarted_server_is_a_new_instance_and_its_turns_are_never_stam
         real = dict(policy.instances.known)
         policy.instances.known = dict.fromkeys(real, "0")
         reprobes: list[str | None] = []
-        recover = policy.custody.recover
+        reprobe = policy.custody.reprobe
+        assert reprobe is not None
 
-        async def counted() -> None:
+        async def counted(fingerprint) -> None:
             reprobes.append(policy.custody.lost)
-            await recover()
+            await reprobe(fingerprint)
 
-        policy.custody.recover = counted
+        policy.custody.reprobe = counted
         time.sleep(0.3)
         out = await policy([5, 6, 7], [], max_tokens=2)
         assert len(reprobes) == 1 and "is a new server instance" in reprobes[0]

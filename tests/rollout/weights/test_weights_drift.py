@@ -24,6 +24,7 @@ from agentenvs.rollout.weights.drift import (
     DriftRow,
     alarmed_keys,
     measure_drift,
+    trained_versions,
 )
 from agentenvs.rollout.weights.proof import NOISE, Tolerance
 
@@ -126,3 +127,51 @@ def test_a_trainer_that_kept_the_previous_weights_checks_a_batch_one_version_beh
     unkept = _row(1, 0.3, 4, key="behind")
     report = measure_drift([unkept, current], trainer_version=2, tolerance=FP32)
     assert report.alarm is None and report.versions[0].on_policy is False
+
+
+def test_a_verl_row_is_compared_token_by_token_under_each_turns_version():
+    """A sync landed mid-episode and the trajectory broke its prefix once (two training
+    samples, two batch rows): each trained token keeps its own turn's version, a
+    turn masked as a parse error trains nothing, and only version 2's tokens alarm."""
+    import torch
+
+    from agentenvs.envs.types import Trajectory, TrajectoryGroup, Transition
+    from agentenvs.rollout.collect.records import GroupRecord
+    from agentenvs.rollout.data.samples import trajectories_to_samples
+    from agentenvs.rollout.trainers.verl.drift import batch_drift
+    from agentenvs.rollout.trainers.verl.handoff import to_verl_batch
+
+    def turn(ob, ac, version, masked=False):
+        action = TokensWithLogprobs(ac, [-0.5] * len(ac), "stop")
+        metrics = {"parse_error_masked": 1.0} if masked else {}
+        return Transition(ob, action, 0.0, False, metrics, {"policy/weights_version": version})
+
+    traj = Trajectory(
+        [
+            turn([1, 2], [3, 4], 1),
+            turn([1, 2, 3, 4, 5], [6], 2),
+            turn([1, 2, 3, 4, 5, 6, 5], [7], 2, masked=True),
+            turn([9, 9], [7, 8], 2),  # not an extension: a new sample
+        ]
+    )
+    assert trained_versions(traj) == [1, 1, 2, 2, 2]
+    group = TrajectoryGroup([traj], [0.0], [{}])
+    batch = to_verl_batch(trajectories_to_samples([group], [[0.0]]), 0)
+    assert batch["response_mask"].shape[0] == 2
+    record = GroupRecord("g", "test", "t", group)
+    sampler = batch["rollout_log_probs"]
+    stale = sampler.clone()  # version 2's weights disagree on every token
+    stale[batch["response_mask"].bool()] += 1e-3
+    report = batch_drift(batch, {1: sampler.clone(), 2: stale}, [record], trainer_version=2)
+    by_version = {v.version: v for v in report.versions}
+    assert report.skipped == 0 and by_version[1].tokens == 2 and by_version[2].tokens == 3
+    assert by_version[1].alarm is None and by_version[2].alarm
+    # Rows handed over out of order map the same way.
+    swapped = {k: v.flip(0) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    again = batch_drift(
+        swapped, {1: sampler.flip(0), 2: stale.flip(0)}, [record], trainer_version=2
+    )
+    assert [(v.version, v.tokens, bool(v.alarm)) for v in again.versions] == [
+        (1, 2, False),
+        (2, 3, True),
+    ]
