@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -128,12 +128,14 @@ class EnvConfig(BaseModel):
     def renderer_kind(self) -> RendererKind:
         return self.renderer or self.default_renderer
 
+    @property
+    def action_protocol(self) -> str | None:
+        """The action protocol the model is asked to speak, for an environment that
+        offers several (Search-R1's and ReTool's ``protocol``); recorded in provenance."""
+        return None
+
     def config_hash(self) -> str:
-        dumped = self.model_dump(mode="json")
-        if dumped.get("preset") is None:
-            dumped.pop("preset", None)  # configs hash as they did before presets existed
-        payload = json.dumps(dumped, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        return dumped_config_hash(self.model_dump(mode="json"))
 
     def make_env(self, task_index: int, tokenizer: Tokenizer, split: str = "train") -> RenderedEnv:
         renderer = make_renderer(self.renderer_kind, tokenizer)
@@ -164,6 +166,15 @@ class EnvConfig(BaseModel):
             self.group_builder(i % total, group_size, tokenizer, split) for i in range(count)
         ]
         return ListDataset(builders, batch_size)
+
+
+def dumped_config_hash(dumped: Mapping[str, Any]) -> str:
+    """:meth:`EnvConfig.config_hash` of a config as dumped to JSON (a record's copy)."""
+    dumped = dict(dumped)
+    if dumped.get("preset") is None:
+        dumped.pop("preset", None)  # configs hash as they did before presets existed
+    payload = json.dumps(dumped, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def merge_preset(preset: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
@@ -227,6 +238,9 @@ class TextGroupBuilder(EnvGroupBuilder):
             split=self.split,
             group_size=self.group_size,
             tokenizer=self.tokenizer,
+            env_version=type(self.config).version,
+            renderer=self.config.renderer_kind,
+            protocol=self.config.action_protocol,
         )
 
     async def cleanup(self) -> None:

@@ -121,6 +121,9 @@ class RemoteGroupBuilder(EnvGroupBuilder):
             split=d.get("split"),
             group_size=d.get("group_size"),
             tokenizer=self.tokenizer,
+            env_version=d.get("env_version"),
+            renderer=d.get("renderer"),
+            protocol=d.get("protocol"),
         )
 
     async def cleanup(self) -> None:

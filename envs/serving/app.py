@@ -91,6 +91,9 @@ def _description(builder: EnvGroupBuilder) -> dict[str, Any]:
         "config": dict(described.config),
         "split": described.split,
         "group_size": described.group_size,
+        "env_version": described.env_version,
+        "renderer": described.renderer,
+        "protocol": described.protocol,
         "logging_tags": list(builder.logging_tags()),
     }
 

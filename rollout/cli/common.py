@@ -86,6 +86,7 @@ def friendly_errors(*, debug: bool = False) -> Iterator[None]:
     """Turn the errors a user can cause into one line and exit code 2; with ``debug``
     (``--debug``), print each one's traceback first."""
     from agentenvs.envs.registry import EnvConfigError, UnknownEnvError
+    from agentenvs.rollout.collect.options import OptionError
     from agentenvs.rollout.collect.run_identity import RunMismatchError
     from agentenvs.rollout.collect.store import StoreError
     from agentenvs.rollout.inspect.viewer import ViewerError
@@ -94,13 +95,15 @@ def friendly_errors(*, debug: bool = False) -> Iterator[None]:
     known = (CLIError, EnvConfigError, UnknownEnvError, ViewerError, PolicyError, StoreError)
     try:
         yield
-    except (*known, RunMismatchError, OSError) as error:
+    except (*known, RunMismatchError, OptionError, OSError) as error:
         if debug:
             import traceback
 
             err.print("".join(traceback.format_exception(error)).rstrip(), markup=False)
         if isinstance(error, OSError):
             raise fail(_os_error_message(error)) from None
+        if isinstance(error, OptionError):  # a setting out of range, said as its flag
+            raise fail(error.as_flag()) from None
         raise fail(str(error)) from None
 
 
@@ -116,15 +119,6 @@ def one_line(text: str) -> str:
 
 
 # ---- tokenizers ---------------------------------------------------------------------------------
-
-
-def resolve_tokenizer_spec(spec: str | None, policy: str, policy_options: dict[str, Any]) -> str:
-    """The tokenizer to render with: the one asked for; else a local model's own; else builtin."""
-    if spec:
-        return spec
-    if policy == "hf" and isinstance(policy_options.get("model"), str):
-        return str(policy_options["model"])
-    return "builtin"
 
 
 def load_tokenizer_or_fail(spec: str) -> Any:

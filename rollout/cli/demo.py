@@ -77,6 +77,13 @@ def run_one(
     group_timeout: float,
 ) -> DemoOutcome:
     from agentenvs.rollout.cli.rollout_run import run_rollout
+    from agentenvs.rollout.collect.spec import (
+        CollectOptions,
+        DatasetSpec,
+        EnvSpec,
+        RunSpec,
+        StoreSpec,
+    )
     from agentenvs.rollout.inspect.viewer import load_records, render_html
 
     jsonl = out_dir / f"demo-{env_name}.jsonl"
@@ -84,19 +91,14 @@ def run_one(
     jsonl.unlink(missing_ok=True)  # a demo shows a fresh run, it does not resume one
     started = time.monotonic()
     try:
-        run = run_rollout(
-            env_name,
-            config_overrides=demo_overrides(env_name),
-            tokenizer=tokenizer,
-            tokenizer_spec="builtin",
-            policy_name="scripted",
-            groups=groups,
-            group_size=group_size,
-            concurrency=4,
-            out_path=jsonl,
-            retries=0,
-            group_timeout=group_timeout,
+        spec = RunSpec(
+            EnvSpec(env_name, demo_overrides(env_name)),
+            DatasetSpec(groups=groups, group_size=group_size),
+            tokenizer="builtin",
+            limits=CollectOptions(concurrency=4, retries=0, group_timeout=group_timeout),
+            store=StoreSpec(jsonl),
         )
+        run = run_rollout(spec, tokenizer=tokenizer)
     except Exception as error:
         return DemoOutcome(
             env_name,

@@ -25,7 +25,7 @@ from agentenvs.envs.rewards.judge_settings import JudgeSettings
 from agentenvs.envs.rewards.judged_env import JudgedTextEnv, judged, unwrap
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.types import Trajectory
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore, read_records
 from agentenvs.rollout.inspect.check import Check, check_records
 from agentenvs.rollout.policies.scripted import ScriptedPolicy
@@ -49,10 +49,7 @@ def _collect(path: Path, settings: JudgeSettings) -> list:
     dataset = config.dataset(tokenizer, group_size=2)
     builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
     asyncio.run(
-        collect(
-            builders, ScriptedPolicy(), store=TrajectoryStore(path), env_name="guess_number",
-            progress=False,
-        )
+        collect(builders, ScriptedPolicy(), CollectOptions(progress=False), store=TrajectoryStore(path))
     )  # fmt: skip
     return read_records(path)
 
@@ -119,10 +116,7 @@ def test_an_episode_ended_by_a_limit_is_not_judged(tmp_path):
     builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
     path = tmp_path / "limited.jsonl"
     asyncio.run(
-        collect(
-            builders, ScriptedPolicy(), store=TrajectoryStore(path), env_name="guess_number",
-            progress=False,
-        )
+        collect(builders, ScriptedPolicy(), CollectOptions(progress=False), store=TrajectoryStore(path))
     )  # fmt: skip
     finals = [t.transitions[-1] for r in read_records(path) for t in r.group.trajectories]
     limited = [f for f in finals if f.metrics.get("stop/max_turns")]
