@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentenvs.envs.types import EnvGroupBuilder
-from agentenvs.rollout.collect.executors import GroupExecutor, InProcessExecutor
+from agentenvs.rollout.collect.attempts import describe_error, failed_record, format_traceback
+from agentenvs.rollout.collect.cancels import STRAY_CANCEL, cancel_requested
+from agentenvs.rollout.collect.executors import GroupExecutor, GroupRunner, InProcessExecutor
 from agentenvs.rollout.collect.finish import RecordStamps
 from agentenvs.rollout.collect.options import CollectOptions
 from agentenvs.rollout.collect.plan import PlannedGroup, plan_collection
@@ -121,12 +123,7 @@ async def collect(
 
         async def run_one(planned: PlannedGroup) -> None:
             async with semaphore:
-                record = await runner.run_group(
-                    planned.builder,
-                    planned.key,
-                    retries=options.retries,
-                    group_timeout=options.group_timeout,
-                )
+                record = await run_group(runner, planned, options)
             stamps.finish(record, planned, runner.described_policy(record, policy))
             if store is not None:
                 await store.commit(record)  # returns once on disk; the loop runs meanwhile
@@ -142,6 +139,26 @@ async def collect(
         finally:
             await runner.close()
     return result
+
+
+async def run_group(
+    runner: GroupRunner, planned: PlannedGroup, options: CollectOptions
+) -> GroupRecord:
+    """The runner's record of one group. A ``CancelledError`` that escapes it although
+    nobody cancelled the collection becomes that group's failed record: a task group
+    drops a child that ends cancelled without a word, and the group would vanish."""
+    try:
+        return await runner.run_group(
+            planned.builder,
+            planned.key,
+            retries=options.retries,
+            group_timeout=options.group_timeout,
+        )
+    except asyncio.CancelledError as err:
+        if cancel_requested():
+            raise
+        error = f"{describe_error(err)} ({STRAY_CANCEL})"
+        return failed_record(planned.key, [error], format_traceback(err))
 
 
 class AllGroupsSkipped(UserWarning):

@@ -182,4 +182,3 @@ def run(spec: RunSpec, *, tokenizer: Any = None) -> RunOutcome:
     started = time.monotonic()
     result = asyncio.run(execute(prepared))
     return RunOutcome(spec, prepared.config, result, time.monotonic() - started)
-
