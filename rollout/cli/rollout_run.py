@@ -10,7 +10,6 @@ returns the summary the command prints (the demo and benchmarks call it too).
 
 from __future__ import annotations
 
-import asyncio
 import time
 import warnings
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from agentenvs.rollout.cli import preflight, run_report
 from agentenvs.rollout.cli.common import CLIError, err, load_tokenizer_or_fail, one_line
 from agentenvs.rollout.cli.policy_warnings import collapsed_policy_warnings
 from agentenvs.rollout.cli.summary import throughput, tool_calls_summary
+from agentenvs.rollout.collect.event_loop import run_bounded
 from agentenvs.rollout.collect.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def run_rollout(spec: RunSpec, *, tokenizer: Any = None) -> RolloutRun:
     except UnknownSplitError as error:
         raise CLIError(f"--split: {error}") from None
     if spec.policy.name == "openai":
-        asyncio.run(preflight.probe_servers(preflight.server_urls(options["url"])))
+        run_bounded(preflight.probe_servers(preflight.server_urls(options["url"])))
     if tokenizer is None:
         tokenizer = load_tokenizer_or_fail(spec.tokenizer_spec())
     try:
@@ -85,7 +85,7 @@ def run_rollout(spec: RunSpec, *, tokenizer: Any = None) -> RolloutRun:
     builders = _builders(spec, config, tokenizer)
     if spec.policy.name == "scripted" and builders:
         variant = str(options.get("variant", "oracle"))
-        asyncio.run(preflight.check_scripted_variant(builders[0], variant))
+        run_bounded(preflight.check_scripted_variant(builders[0], variant))
     try:
         executor = stages.make_run_executor(spec, tokenizer)
     except (ValueError, ImportError) as error:
@@ -94,7 +94,7 @@ def run_rollout(spec: RunSpec, *, tokenizer: Any = None) -> RolloutRun:
     started = time.monotonic()
     with collapsed_policy_warnings(err), warnings.catch_warnings():
         warnings.simplefilter("ignore", AllGroupsSkipped)  # said below, in the CLI's words
-        result = asyncio.run(stages.execute(prepared))
+        result = run_bounded(stages.execute(prepared))
     elapsed = time.monotonic() - started
     if result.skipped and not result.records:
         err.print(

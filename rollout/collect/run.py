@@ -10,11 +10,11 @@ slower one starts and say what went wrong in its own words.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from agentenvs.rollout.collect.event_loop import run_bounded
 from agentenvs.rollout.collect.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -180,5 +180,5 @@ def run(spec: RunSpec, *, tokenizer: Any = None) -> RunOutcome:
     unless ``spec.limits.new_run``."""
     prepared = prepare(spec, tokenizer=tokenizer)
     started = time.monotonic()
-    result = asyncio.run(execute(prepared))
+    result = run_bounded(execute(prepared))
     return RunOutcome(spec, prepared.config, result, time.monotonic() - started)
