@@ -135,8 +135,19 @@ def load_tokenizer_or_fail(spec: str) -> Any:
 
 
 def load_view_tokenizer(records: list, requested: str | None) -> tuple[Any, str]:
+    """The tokenizer ``view`` and ``check`` decode with: ``--tokenizer``, else the one
+    the file names. A file that names none is refused with a request for
+    ``--tokenizer``: decoding with the builtin tokenizer by default showed garbage
+    (and failed sound stores) for runs made with another vocabulary."""
     from agentenvs.rollout.inspect.viewer import tokenizer_spec_for
 
+    decoded = any(r.group is not None for r in records)  # only failed groups: no tokens
+    if requested is None and decoded and not any(names_tokenizer(r.provenance) for r in records):
+        raise CLIError(
+            "the file names no tokenizer (written before its provenance was recorded, or "
+            "from groups whose builders describe none): pass --tokenizer builtin or the "
+            "local tokenizer directory the run used"
+        )
     spec, fingerprint = tokenizer_spec_for(records, requested)
     try:
         tokenizer = load_tokenizer_or_fail(spec)
@@ -159,6 +170,15 @@ def load_view_tokenizer(records: list, requested: str | None) -> tuple[Any, str]
                 markup=False,
             )
     return tokenizer, spec
+
+
+def names_tokenizer(provenance: dict[str, Any]) -> bool:
+    """Whether a record's provenance says which tokenizer made it (how to load it, or
+    its name)."""
+    entry = provenance.get("tokenizer")
+    if isinstance(entry, dict):
+        return bool(entry.get("spec") or entry.get("name"))
+    return isinstance(entry, str) and bool(entry)
 
 
 # ---- reading stores ---------------------------------------------------------------------------
