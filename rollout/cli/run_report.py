@@ -77,13 +77,14 @@ def report_run(
     notes: Sequence[str] = (),
 ) -> None:
     """Print a finished run as ``agentenvs rollout`` and ``eval`` do: one JSON line
-    (``--json-summary``: the summary with ``extra``) or the table and
+    (``--json-summary``: the summary with ``extra``, :func:`rounded`) or the table and
     ``notes``; then fail with exit 1 naming the first failed group, if any."""
     from agentenvs.rollout.cli.common import EXIT_FAILED_GROUPS, err, fail, out
     from agentenvs.rollout.cli.summary import summary_table
 
     if output.json_summary:
-        sys.stdout.write(json.dumps({**run.summary, **(extra or {})}, sort_keys=True) + "\n")
+        line = json.dumps(rounded({**run.summary, **(extra or {})}), sort_keys=True)
+        sys.stdout.write(line + "\n")
         sys.stdout.flush()
     else:
         out.print(summary_table(run.summary, title))
@@ -97,3 +98,19 @@ def report_run(
             run.result.records, len(run.result.records), debug=output.debug
         )
         raise fail(message, EXIT_FAILED_GROUPS)
+
+
+SUMMARY_DECIMALS = 6
+
+
+def rounded(value: Any) -> Any:
+    """Every float in ``value`` to :data:`SUMMARY_DECIMALS` decimals: a mean of -1.0
+    rewards is -1.0, not ``-0.9999999999999998`` (float sums), and a spread of zero is
+    0.0, not ``1.1e-16``."""
+    if isinstance(value, float):
+        return round(value, SUMMARY_DECIMALS) + 0.0  # + 0.0: no -0.0
+    if isinstance(value, dict):
+        return {key: rounded(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [rounded(item) for item in value]
+    return value

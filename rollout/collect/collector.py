@@ -30,6 +30,7 @@ from agentenvs.rollout.collect.provenance import ProvenanceNotes, RunProvenance
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.rollouts import first_error
 from agentenvs.rollout.collect.store import TrajectoryStore
+from agentenvs.rollout.collect.store_lock import claim
 from agentenvs.rollout.policies.base import Policy, PolicyFactory
 
 __all__ = [
@@ -101,10 +102,25 @@ async def collect(
     actors (:class:`~agentenvs.rollout.collect.executors.ray_executor.RayExecutor`);
     records, store and resume are the same either way.
 
-    The stages: plan (keys, identity, resume), run each group, finish its record
+    The stages: claim the store (one run writes it at a time: a second is refused
+    with :class:`~agentenvs.rollout.collect.store_lock.StoreBusy`), plan (keys,
+    identity, resume), run each group, finish its record
     (:class:`~agentenvs.rollout.collect.finish.RecordStamps`), store it.
     """
     options = options or CollectOptions()
+    with claim(store.path if store is not None else None):  # one run writes a store at a time
+        return await _collect(builders, policy, options, store, keys, executor, notes)
+
+
+async def _collect(
+    builders: Sequence[EnvGroupBuilder],
+    policy: Policy | PolicyFactory,
+    options: CollectOptions,
+    store: TrajectoryStore | None,
+    keys: Sequence[str] | None,
+    executor: GroupExecutor | None,
+    notes: ProvenanceNotes | None,
+) -> CollectionResult:
     plan = plan_collection(builders, policy, keys=keys, store=store, new_run=options.new_run)
     stamps = RecordStamps(
         plan.identity,

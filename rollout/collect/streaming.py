@@ -42,6 +42,7 @@ from agentenvs.rollout.collect.plan import plan_collection
 from agentenvs.rollout.collect.provenance import ProvenanceNotes
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.store import TrajectoryStore
+from agentenvs.rollout.collect.store_lock import StoreClaim
 from agentenvs.rollout.policies.base import Policy, PolicyFactory, VersionedPolicy
 
 OnStale = Literal["requeue", "drop"]
@@ -138,13 +139,27 @@ class StreamingCollection:
         self.options = replace(options, progress=False, new_run=False)
         self.executor = executor
         self.notes = notes
+        # Owned from here to the end of the iteration, as collect() owns its store.
+        self._claim = StoreClaim(store.path) if store is not None else None
         # The collector's plan: keys, and its resume rule (this run's ok groups are
         # skipped; a store whose latest run is another one is refused).
-        plan = plan_collection(builders, policy, keys=keys, store=store, new_run=options.new_run)
+        try:
+            plan = plan_collection(
+                builders, policy, keys=keys, store=store, new_run=options.new_run
+            )
+        except BaseException:
+            self.release()
+            raise
         warn_if_all_skipped(plan.skipped, len(plan.groups), store)
         self._items = [_Item(g.index, g.key, g.builder) for g in plan.groups]
         self.stats = StreamStats(skipped=plan.skipped)
         self.failed: list[GroupRecord] = []
+
+    def release(self) -> None:
+        """Let go of the store (done when the iteration ends; for a stream dropped
+        before it is iterated to the end)."""
+        if self._claim is not None:
+            self._claim.release()
 
     def staleness(self, record: GroupRecord) -> int | None:
         version, current = record_version(record), self.current_version()
@@ -232,6 +247,7 @@ class StreamingCollection:
             for task in workers:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
+            self.release()
 
 
 async def collect_streaming(

@@ -103,6 +103,7 @@ SLOW: dict[str, str] = {
     "tests/rollout/collect/test_event_loop.py::test_every_env_cancelled_mid_episode_ends_its_run": EVERY_ENV,
     "tests/rollout/collect/test_event_loop.py::test_retool_without_its_extra_ends_its_run": SANDBOX,
     "tests/rollout/cli/test_cli_exit.py": SUBPROCESS_CLI,
+    "tests/rollout/cli/test_cli_store.py::test_a_full_disk_is_one_line": SUBPROCESS_CLI,
     "tests/rollout/cli/test_cli_provenance.py::test_a_python_store_on_another_vocabulary_is_viewed_and_checked_as_the_cli_s": COLLECTION,
     "tests/rollout/data/test_samples_properties.py::test_jsonl_round_trips_exactly": COLLECTION,
     "tests/rollout/data/test_samples_properties.py::test_samples_follow_group_and_trajectory_order": COLLECTION,
