@@ -164,7 +164,7 @@ def main() -> None:
         print(f"| {name} | {before.cell()} | {cold.cell()} | {now.cell()} | "
               f"{before.median() / now.median():.1f}x |")  # fmt: skip
     print(f"| imports to load the built-in tokenizer (`-X importtime`) | {imports['before']:.2f} s "
-          f"| | {imports['now']:.2f} s | {imports['before'] / imports['now']:.0f}x |")  # fmt: skip
+          f"| | {imports['now']:.2f} s | {imports['before'] / imports['now']:.1f}x |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -23,11 +23,11 @@ from agentenvs.rollout.cli.common import CLIError, err, load_tokenizer_or_fail, 
 from agentenvs.rollout.cli.policy_warnings import collapsed_policy_warnings
 from agentenvs.rollout.cli.summary import throughput, tool_calls_summary
 from agentenvs.rollout.collect.event_loop import run_bounded
-from agentenvs.rollout.collect.spec import RunSpec
 
 if TYPE_CHECKING:
     from agentenvs.envs.config import EnvConfig
     from agentenvs.rollout.collect.collector import CollectionResult
+    from agentenvs.rollout.collect.spec import RunSpec
 
 
 @dataclass
