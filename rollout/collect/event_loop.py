@@ -48,6 +48,13 @@ def shutdown_grace() -> float:
 
 def run_bounded(main: Coroutine[Any, Any, T], *, grace: float | None = None) -> T:
     """``asyncio.run(main)`` whose shutdown ends within a bound (see the module docstring)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # none: the usual case
+        pass
+    else:
+        main.close()
+        raise RuntimeError("run_bounded() cannot be called from a running event loop: await it")
     grace = shutdown_grace() if grace is None else grace
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)  # as asyncio.run does: subprocess watchers look it up
