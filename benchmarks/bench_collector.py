@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from agentenvs.envs.guess_number import GuessNumberConfig
-from agentenvs.rollout.collect.collector import collect, summarize
+from agentenvs.rollout.collect.collector import CollectOptions, collect, summarize
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import make_policy
 from agentenvs.rollout.tokenizer import train_chatml_tokenizer
@@ -74,8 +74,7 @@ def main() -> None:
             lambda c=concurrency: collect(
                 builders(tokenizer, args.groups, args.group_size),
                 RemoteLike(args.latency),
-                concurrency=c,
-                progress=False,
+                CollectOptions(concurrency=c, progress=False),
             )
         )
         base = base or seconds
@@ -91,15 +90,15 @@ def main() -> None:
             lambda: collect(
                 builders(tokenizer, args.groups, args.group_size),
                 make_policy("scripted"),
-                progress=False,
+                CollectOptions(progress=False),
             )
         )
         stored, _ = timed(
             lambda: collect(
                 builders(tokenizer, args.groups, args.group_size),
                 make_policy("scripted"),
+                CollectOptions(progress=False),
                 store=TrajectoryStore(Path(tmp) / "bench.jsonl"),
-                progress=False,
             )
         )
         size = (Path(tmp) / "bench.jsonl").stat().st_size

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from support.weight_updates import _group_builders, _load, one_rl_step
 
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 from agentenvs.rollout.policies.tiny_model import save_vllm_tiny_model
 from agentenvs.rollout.policies.vllm_server import VLLMOptions, start_vllm
@@ -49,7 +49,9 @@ async def batch_drift(policy, tokenizer, reference, version: int, seed: int):
     policy.seed = seed
     builders = _group_builders(tokenizer) * 4
     keys = [f"{seed}:{i}" for i in range(len(builders))]
-    result = await collect(builders, policy, keys=keys, concurrency=4, progress=False)
+    result = await collect(
+        builders, policy, CollectOptions(concurrency=4, progress=False), keys=keys
+    )
     rows = rows_from_records(result.ok, reference)
     return measure_drift(rows, trainer_version=version, tolerance=FP32)
 

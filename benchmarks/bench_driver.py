@@ -42,7 +42,7 @@ from support.ray_cluster import flagship_builders
 
 import agentenvs.rollout
 from agentenvs.envs.types import TokensWithLogprobs
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.executors.actor_pool import ActorPool, Placement
 from agentenvs.rollout.collect.executors.base import GroupExecutor
 from agentenvs.rollout.collect.executors.bridge import DriverPump
@@ -126,7 +126,7 @@ class SimulatedFleet(GroupExecutor):
 
 async def groups_per_s(args: argparse.Namespace, tokenizer: Any, folder: Path) -> dict:
     one = flagship_builders("guess_number", tokenizer, groups=1, group_size=2)
-    record = (await collect(one, make_policy("scripted"), progress=False)).ok[0]
+    record = (await collect(one, make_policy("scripted"), CollectOptions(progress=False))).ok[0]
     outcome = {"group": pack_group(record.group), "status": "ok", "error": None,
                "traceback": None, "attempts": 1, "policy": None, "node_id": "sim", "pid": 0,
                "collected": record.collected}  # fmt: skip
@@ -134,8 +134,7 @@ async def groups_per_s(args: argparse.Namespace, tokenizer: Any, folder: Path) -
     fleet = SimulatedFleet(outcome, args.latency, args.actors)
     store = TimedStore(folder / "driver.jsonl")
     started, cpu = time.perf_counter(), time.process_time()
-    result = await collect(builders, make_policy("scripted"), concurrency=args.concurrency,
-                           store=store, progress=False, executor=fleet)  # fmt: skip
+    result = await collect(builders, make_policy("scripted"), CollectOptions(concurrency=args.concurrency, progress=False), store=store, executor=fleet)  # fmt: skip
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert len(result.ok) == args.groups, result.failed[:1]
     assert len(list(store.read())) == args.groups
@@ -258,7 +257,11 @@ def main() -> None:
               f"(middle half), driver CPU {groups['cpu_ms_per_group']:.2f} "
               f"ms/group ({groups['wall_s']:.1f} s)")  # fmt: skip
         one = flagship_builders("guess_number", tokenizer, groups=1, group_size=2)
-        group = asyncio.run(collect(one, make_policy("scripted"), progress=False)).ok[0].group
+        group = (
+            asyncio.run(collect(one, make_policy("scripted"), CollectOptions(progress=False)))
+            .ok[0]
+            .group
+        )
         cost = asyncio.run(ray_call_cost(2000, pack_group(group)))
         print(f"one real Ray actor call returning that group: driver CPU {cost:.3f} ms/call")
         if not args.skip_turns:

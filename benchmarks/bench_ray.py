@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from ray_cluster import flagship_builders, loopback_cluster
 
 from agentenvs.envs.wire import trajectory_to_json
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.executors.ray_executor import RayExecutor
 from agentenvs.rollout.collect.executors.wire import pack_group, unpack_group
 from agentenvs.rollout.policies import make_policy
@@ -61,7 +61,7 @@ class SlowOracle:
 async def episodes_per_s(builders, policy, concurrency, executor=None) -> tuple[float, float]:
     started = time.perf_counter()
     result = await collect(
-        builders, policy, concurrency=concurrency, progress=False, executor=executor
+        builders, policy, CollectOptions(concurrency=concurrency, progress=False), executor=executor
     )
     elapsed = time.perf_counter() - started
     assert not result.failed, result.failed[0].error
@@ -71,7 +71,11 @@ async def episodes_per_s(builders, policy, concurrency, executor=None) -> tuple[
 
 
 def shipping_cost(builders, repeat: int = 50) -> tuple[float, float, int, int]:
-    group = asyncio.run(collect(builders[:1], make_policy("scripted"), progress=False)).ok[0].group
+    group = (
+        asyncio.run(collect(builders[:1], make_policy("scripted"), CollectOptions(progress=False)))
+        .ok[0]
+        .group
+    )
     as_lists = [trajectory_to_json(t) for t in group.trajectories]
 
     def timed(fn) -> float:

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agentenvs.envs import make
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.run_identity import RunIdentity, keys_to_skip
 from agentenvs.rollout.collect.store import TrajectoryStore
@@ -51,9 +51,7 @@ def real_records(groups: int, group_size: int) -> list[GroupRecord]:
         load_tokenizer("builtin"), group_size=group_size, n_groups=groups
     )
     builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
-    result = asyncio.run(
-        collect(builders, make_policy("scripted"), env_name="guess_number", progress=False)
-    )
+    result = asyncio.run(collect(builders, make_policy("scripted"), CollectOptions(progress=False)))
     return result.records
 
 

@@ -34,7 +34,7 @@ import httpx
 
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.rendered_env import Limits
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.tree import BranchSchedule, as_trees
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 from agentenvs.rollout.policies.tiny_model import save_vllm_tiny_model
@@ -71,7 +71,9 @@ async def one_run(url: str, tokenizer, config, args, *, tree_turn: int | None) -
     async with httpx.AsyncClient(timeout=60) as client:
         (await client.post(url + "/reset_prefix_cache")).raise_for_status()
         before = await engine_counters(client, url)
-        result = await collect(builders, policy, concurrency=len(builders), progress=False)
+        result = await collect(
+            builders, policy, CollectOptions(concurrency=len(builders), progress=False)
+        )
         after = await engine_counters(client, url)
     await policy.aclose()
     if result.failed:

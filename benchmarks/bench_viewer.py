@@ -26,8 +26,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from agentenvs.rollout import CollectOptions, DatasetSpec, EnvSpec, RunSpec, StoreSpec, run
 from agentenvs.rollout.cli.demo import demo_overrides
-from agentenvs.rollout.cli.rollout_run import run_rollout
 from agentenvs.rollout.inspect import decode
 from agentenvs.rollout.inspect.terminal_view import render_terminal
 from agentenvs.rollout.inspect.viewer import load_records, render_html
@@ -60,15 +60,13 @@ def main() -> None:
     tokenizer = load_tokenizer("builtin")
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "search_r1.jsonl"
-        run_rollout(
-            "search_r1",
-            config_overrides=demo_overrides("search_r1"),
-            groups=args.groups,
-            group_size=args.group_size,
-            out_path=store,
-            progress=False,
-            tokenizer=tokenizer,
+        spec = RunSpec(
+            EnvSpec("search_r1", demo_overrides("search_r1")),
+            DatasetSpec(groups=args.groups, group_size=args.group_size),
+            limits=CollectOptions(progress=False),
+            store=StoreSpec(store),
         )
+        run(spec, tokenizer=tokenizer)
         records = load_records(store)
         fast_s, page = timed(lambda: render_html(records, tokenizer, source=str(store)))
         real_table = decode._byte_table

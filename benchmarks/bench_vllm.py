@@ -43,7 +43,7 @@ import httpx
 
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.rendered_env import Limits
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 from agentenvs.rollout.policies.request_trace import RequestSpan, RequestTrace
 from agentenvs.rollout.policies.tiny_model import save_vllm_tiny_model
@@ -140,7 +140,9 @@ async def through_agentenvs(url, tokenizer, config, args, concurrency, trace):
         url, tokenizer=tokenizer, seed=1, concurrency=concurrency, trace=trace
     )
     try:
-        result = await collect(builders, policy, concurrency=len(builders), progress=False)
+        result = await collect(
+            builders, policy, CollectOptions(concurrency=len(builders), progress=False)
+        )
     finally:
         await policy.aclose()
     if result.failed:

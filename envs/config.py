@@ -15,11 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
@@ -68,6 +68,9 @@ class EnvConfig(BaseModel):
         description="A published setup to reproduce (see the environment's docs); its values "
         "fill every key you did not set yourself.",
     )
+
+    _data_digests: tuple[dict[str, str], dict[str, str]] | None = PrivateAttr(default=None)
+    """The last :meth:`data_digests`: (the sources it hashed, their hashes)."""
 
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
     """Named published setups: config values, nested as the config nests them."""
@@ -160,6 +163,22 @@ class EnvConfig(BaseModel):
         and is left out. Reading them must be cheap: no task is loaded to answer."""
         return {}
 
+    def data_digests(self) -> dict[str, str]:
+        """The content hash of each of :meth:`data_sources`, by name (what a builder's
+        description and so every record's provenance carries).
+
+        Hashed once per config object and set of sources: every group of a run describes
+        itself, and walking a folder of game files once per group would cost more than
+        the episode. A file changed under a config that already hashed it is seen by a
+        new config (a new run), not by this one."""
+        from agentenvs.envs.data_hashes import data_digests
+
+        sources = self.data_sources()
+        known = self._data_digests
+        if known is None or known[0] != sources:
+            known = self._data_digests = (sources, data_digests(sources))
+        return dict(known[1])
+
     # ---- what a record of this environment can be checked against --------------------
     def reward_components(self) -> list[RewardIdentity]:
         """The reward components episodes under this config compute, each naming its
@@ -212,12 +231,21 @@ class EnvConfig(BaseModel):
     def renderer_kind(self) -> RendererKind:
         return self.renderer or self.default_renderer
 
+    @property
+    def action_protocol(self) -> str | None:
+        """The action protocol the model is asked to speak, for an environment that
+        offers several (Search-R1's and ReTool's ``protocol``); recorded in provenance."""
+        return None
+
+    @property
+    def tool_call_format(self) -> str | None:
+        """The parser that reads the model's tool calls, for an environment that lets one
+        be chosen (ORS's, Harbor's and the harness's ``tool_format``); recorded in
+        provenance so ``compare`` can refuse runs whose calls were parsed differently."""
+        return None
+
     def config_hash(self) -> str:
-        dumped = self.model_dump(mode="json")
-        if dumped.get("preset") is None:
-            dumped.pop("preset", None)  # configs hash as they did before presets existed
-        payload = json.dumps(dumped, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        return dumped_config_hash(self.model_dump(mode="json"))
 
     def make_env(self, task_index: int, tokenizer: Tokenizer, split: str = "train") -> RenderedEnv:
         renderer = make_renderer(self.renderer_kind, tokenizer)
@@ -248,6 +276,15 @@ class EnvConfig(BaseModel):
             self.group_builder(i % total, group_size, tokenizer, split) for i in range(count)
         ]
         return ListDataset(builders, batch_size)
+
+
+def dumped_config_hash(dumped: Mapping[str, Any]) -> str:
+    """:meth:`EnvConfig.config_hash` of a config as dumped to JSON (a record's copy)."""
+    dumped = dict(dumped)
+    if dumped.get("preset") is None:
+        dumped.pop("preset", None)  # configs hash as they did before presets existed
+    payload = json.dumps(dumped, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def merge_preset(preset: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
@@ -311,6 +348,11 @@ class TextGroupBuilder(EnvGroupBuilder):
             split=self.split,
             group_size=self.group_size,
             tokenizer=self.tokenizer,
+            env_version=type(self.config).version,
+            renderer=self.config.renderer_kind,
+            protocol=self.config.action_protocol,
+            tool_format=self.config.tool_call_format,
+            data=self.config.data_digests(),
         )
 
     async def cleanup(self) -> None:

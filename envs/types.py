@@ -330,7 +330,9 @@ class GroupDescription:
     an empty config, its task id taken from the group's position. ``config`` is the
     environment's configuration as JSON-ready data (hashed into the run identity, so
     a resumed run with another config is refused); ``tokenizer`` is the one the envs
-    render with (fingerprinted into the run identity, never stored).
+    render with (its fingerprint goes into the run identity and the provenance; the
+    object itself is never stored). The collector records the provenance of every
+    store from these descriptions alone, so a builder says everything it knows.
     """
 
     task_id: str | None = None
@@ -339,6 +341,19 @@ class GroupDescription:
     split: str | None = None
     group_size: int | None = None
     tokenizer: Any = None
+    env_version: str | None = None
+    """The environment's version (``EnvConfig.version``), recorded in provenance."""
+    renderer: str | None = None
+    """How observations become tokens (``chat`` or ``continuation``), as resolved."""
+    protocol: str | None = None
+    """The action protocol the model is asked to speak, for an environment with several."""
+    tool_format: str | None = None
+    """The parser that reads the model's tool calls, for an environment that lets one be
+    chosen (``hermes``, ``qwen3_coder``): runs parsed differently are not comparable."""
+    data: Mapping[str, str] = field(default_factory=dict)
+    """The content hash of each data source the environment reads (questions, corpus,
+    games: ``EnvConfig.data_digests()``), by source name; never a path, so a run on an
+    edited file is told apart from one on the original."""
 
 
 class EnvGroupBuilder(ABC):

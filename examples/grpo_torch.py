@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from agentenvs.envs.registry import make
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.data.advantages import compute_advantages
 from agentenvs.rollout.data.samples import trajectories_to_samples
@@ -150,7 +150,9 @@ def warm_start(
         return []
     total = config.num_tasks()
     builders = [config.group_builder(i % total, 1, tokenizer) for i in range(episodes)]
-    result = asyncio.run(collect(builders, ScriptedPolicy("oracle"), progress=False))
+    result = asyncio.run(
+        collect(builders, ScriptedPolicy("oracle"), CollectOptions(progress=False))
+    )
     groups = [record.group for record in result.ok if record.group is not None]
     samples = trajectories_to_samples(groups, [[0.0] for _ in groups])
     batch = to_verl_batch(samples, tokenizer.pad_token_id)
@@ -222,13 +224,12 @@ def train(
             collect(
                 builders,
                 policy,
+                CollectOptions(progress=False),
                 store=store,
                 # One store for every step: the default keys ("<position>:<task id>")
                 # repeat once the dataset wraps, and a repeated key counts as already
                 # collected (resume), so the step would silently collect nothing.
                 keys=[f"step{step}:{i}:{b.task_id}" for i, b in enumerate(builders)],
-                env_name=env,
-                progress=False,
             )
         )
         collected = [record.group for record in result.ok if record.group is not None]

@@ -53,10 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grpo_torch import DEMO_GUESS_CONFIG, forward_logits, grpo_loss, response_logprobs, warm_start
 
 from agentenvs.envs.registry import make
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.store import TrajectoryStore
-from agentenvs.rollout.collect.streaming import StreamingCollection
+from agentenvs.rollout.collect.streaming import Staleness, StreamingCollection
 from agentenvs.rollout.data.advantages import compute_advantages
 from agentenvs.rollout.data.samples import trajectories_to_samples
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
@@ -190,7 +190,9 @@ async def evaluate(
     differ and the two lists pair episode by episode."""
     builders = [config.group_builder(i, size, tokenizer) for i in range(config.num_tasks())]
     keys = [f"eval:{i}" for i in range(len(builders))]
-    result = await collect(builders, policy, keys=keys, concurrency=len(builders), progress=False)
+    result = await collect(
+        builders, policy, CollectOptions(concurrency=len(builders), progress=False), keys=keys
+    )
     rewards = [r for record in result.ok for r in record.group.total_rewards()]
     if result.failed or not rewards:
         raise RuntimeError(f"evaluation failed: {result.failed[0].error if result.failed else ''}")
@@ -226,13 +228,10 @@ async def run_loop(args: argparse.Namespace, url: str, model_dir: Path, tokenize
     stream = StreamingCollection(
         builders,
         policy,
-        concurrency=2 * args.groups,
+        CollectOptions(concurrency=2 * args.groups),
         store=store,
         keys=keys,
-        max_staleness=args.max_staleness,
-        on_stale="requeue",
-        max_requeues=4,
-        env_name="guess_number",
+        staleness=Staleness(max_staleness=args.max_staleness, on_stale="requeue", max_requeues=4),
     )
     rewards: list[float] = []
     syncs: list[dict[str, Any]] = []

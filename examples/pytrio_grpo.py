@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agentenvs.envs.types import EnvGroupBuilder
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.data.advantages import compute_advantages, remove_constant_reward_groups
 from agentenvs.rollout.data.samples import trajectories_to_samples
@@ -77,7 +77,6 @@ async def grpo_step(
     settings: GRPOSettings,
     eos_token_ids: Sequence[int] = (),
     store: TrajectoryStore | None = None,
-    env_name: str = "",
     step: int = 0,
 ) -> tuple[StepStats, Any]:
     """One synchronous GRPO step; returns its stats and the sampling client for the
@@ -95,14 +94,12 @@ async def grpo_step(
     result = await collect(
         builders,
         policy,
-        concurrency=settings.concurrency,
+        CollectOptions(concurrency=settings.concurrency, progress=False),
         store=store,
         # The step in the key: one store serves every step, and the default keys
         # ("<position>:<task id>") repeat when the dataset wraps; a repeated key is
         # taken as already collected (resume) and the step would collect nothing.
         keys=[f"step{step}:{i}:{getattr(b, 'task_id', i)}" for i, b in enumerate(builders)],
-        env_name=env_name,
-        progress=False,
     )
     groups = [record.group for record in result.ok if record.group is not None]
     rewards = [r for group in groups for r in group.total_rewards()]
@@ -186,7 +183,6 @@ async def main(argv: Sequence[str] | None = None) -> None:
             settings=settings,
             eos_token_ids=[eos] if isinstance(eos, int) else [],
             store=store,
-            env_name=args.env,
             step=step,
         )
         print(json.dumps({"step": step, **asdict(stats)}), flush=True)

@@ -17,6 +17,10 @@ The names below are exported lazily (as httpx-style faces do): ``import agentenv
 loads no stage, and ``from agentenvs.rollout import TrajectoryStore`` loads only the store.
 A hand-off loads its trainer's dependency (numpy, torch) only when it is asked for.
 
+A run is described once by a :class:`RunSpec` (env, dataset, policy, sampling, limits,
+executor, store) and run by :func:`run` (``from agentenvs.rollout import RunSpec, run``),
+what ``agentenvs rollout`` does.
+
 ``collect()`` is not among them: ``agentenvs.rollout.collect`` is the collect room (a
 subpackage), and Python binds a subpackage to its parent's attribute once it is
 imported, so a function of the same name here would be replaced by the package. Import
@@ -29,12 +33,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from agentenvs.rollout.collect.options import CollectOptions
     from agentenvs.rollout.collect.records import GroupRecord
     from agentenvs.rollout.collect.rollouts import do_group_rollout, do_single_rollout
+    from agentenvs.rollout.collect.run import RunOutcome, run
+    from agentenvs.rollout.collect.spec import (
+        DatasetSpec,
+        EnvSpec,
+        ExecutorSpec,
+        PolicySpec,
+        RunSpec,
+        StoreSpec,
+    )
     from agentenvs.rollout.collect.store import TrajectoryStore
     from agentenvs.rollout.collect.streaming import StreamingCollection
     from agentenvs.rollout.collect.tree import BranchSchedule, as_trees, do_tree_rollout
     from agentenvs.rollout.data.advantages import compute_advantages, remove_constant_reward_groups
+    from agentenvs.rollout.data.provenance import SamplingSettings
     from agentenvs.rollout.data.samples import TrainingSample, trajectories_to_samples
     from agentenvs.rollout.data.training_data import samples_from_records
     from agentenvs.rollout.policies import make_policy
@@ -47,6 +62,16 @@ if TYPE_CHECKING:
     from agentenvs.rollout.weights.sync import WeightSync
 
 _EXPORTS: dict[str, str] = {
+    "CollectOptions": "agentenvs.rollout.collect.options",
+    "DatasetSpec": "agentenvs.rollout.collect.spec",
+    "EnvSpec": "agentenvs.rollout.collect.spec",
+    "ExecutorSpec": "agentenvs.rollout.collect.spec",
+    "PolicySpec": "agentenvs.rollout.collect.spec",
+    "RunOutcome": "agentenvs.rollout.collect.run",
+    "RunSpec": "agentenvs.rollout.collect.spec",
+    "SamplingSettings": "agentenvs.rollout.data.provenance",
+    "StoreSpec": "agentenvs.rollout.collect.spec",
+    "run": "agentenvs.rollout.collect.run",
     "GroupRecord": "agentenvs.rollout.collect.records",
     "do_group_rollout": "agentenvs.rollout.collect.rollouts",
     "do_single_rollout": "agentenvs.rollout.collect.rollouts",
@@ -77,8 +102,17 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "BranchSchedule",
+    "CollectOptions",
+    "DatasetSpec",
+    "EnvSpec",
+    "ExecutorSpec",
     "GroupRecord",
+    "PolicySpec",
     "Probe",
+    "RunOutcome",
+    "RunSpec",
+    "SamplingSettings",
+    "StoreSpec",
     "StreamingCollection",
     "TrainingSample",
     "TrajectoryStore",
@@ -94,6 +128,7 @@ __all__ = [
     "make_policy",
     "read_samples_jsonl",
     "remove_constant_reward_groups",
+    "run",
     "samples_from_records",
     "to_pytrio_datums",
     "to_tinker_datums",

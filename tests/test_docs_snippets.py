@@ -202,7 +202,7 @@ def session_names(work: Path) -> Iterator[Substitutions]:
         PRELUDE: (
             "import asyncio\n"
             "from agentenvs.envs import make as _make\n"
-            "from agentenvs.rollout.collect.collector import collect\n"
+            "from agentenvs.rollout.collect.collector import CollectOptions, collect\n"
             "from agentenvs.rollout.collect.store import TrajectoryStore\n"
             "from agentenvs.rollout.policies import make_policy\n"
             "from agentenvs.rollout.tokenizer import load_tokenizer\n"
@@ -214,7 +214,7 @@ def session_names(work: Path) -> Iterator[Substitutions]:
             "store = TrajectoryStore('session-store.jsonl')\n"
             "groups = [r.group for r in asyncio.run(collect(\n"
             "    [_config.group_builder(i, 4, tokenizer) for i in range(4)], policy,\n"
-            "    progress=False)).ok]\n"
+            "    CollectOptions(progress=False))).ok]\n"
         )
     }
 
@@ -227,13 +227,14 @@ def alfworld_groups(work: Path) -> Iterator[Substitutions]:
         PRELUDE: (
             "import asyncio\n"
             "from agentenvs.envs import make as _make\n"
+            "from agentenvs.rollout.collect.collector import CollectOptions as _options\n"
             "from agentenvs.rollout.collect.collector import collect as _collect\n"
             "from agentenvs.rollout.policies import make_policy as _policy\n"
             "from agentenvs.rollout.tokenizer import load_tokenizer as _load\n"
             "_alfworld = _make('alfworld', data='shipped')\n"
             "groups = [r.group for r in asyncio.run(_collect(\n"
             "    [_alfworld.group_builder(i, 3, _load('builtin')) for i in range(2)],\n"
-            "    _policy('scripted'), progress=False)).ok]\n"
+            "    _policy('scripted'), _options(progress=False))).ok]\n"
         )
     }
 

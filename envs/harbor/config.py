@@ -57,6 +57,10 @@ class HarborConfig(EnvConfig):
     limits: Limits = Field(default_factory=lambda: Limits(max_turns=16))
     _loaded: list = PrivateAttr(default_factory=list)
 
+    @property
+    def tool_call_format(self) -> str:
+        return str(self.tool_format)
+
     def task_dirs(self) -> list[Path]:
         root = Path(self.tasks)
         if (root / "task.toml").is_file():

@@ -75,6 +75,10 @@ class HarnessConfig(EnvConfig):
             CallFormat(fmt)
         return fmt
 
+    @property
+    def tool_call_format(self) -> str | None:
+        return self.tool_format  # None: told from the chat template at run time
+
     def _folder(self, split: str) -> Path:
         root = Path(self.tasks) if self.tasks else EXAMPLE_TASKS
         return root / split if (root / split).is_dir() else root
@@ -157,6 +161,11 @@ class HarnessGroupBuilder(EnvGroupBuilder):
             split=self.split,
             group_size=self.group_size,
             tokenizer=self.tokenizer,
+            env_version=type(self.config).version,
+            renderer=self.config.renderer_kind,
+            protocol=self.config.action_protocol,
+            tool_format=self.config.tool_call_format,
+            data=self.config.data_digests(),
         )
 
     async def cleanup(self) -> None:

@@ -74,6 +74,10 @@ class ORSConfig(EnvConfig):
     limits: Limits = Field(default_factory=lambda: Limits(max_turns=8))
     _facts: dict[str, Any] = PrivateAttr(default_factory=dict)
 
+    @property
+    def tool_call_format(self) -> str:
+        return str(self.tool_format)
+
     @field_validator("url")
     @classmethod
     def _url_scheme(cls, url: str) -> str:

@@ -121,6 +121,11 @@ class RemoteGroupBuilder(EnvGroupBuilder):
             split=d.get("split"),
             group_size=d.get("group_size"),
             tokenizer=self.tokenizer,
+            env_version=d.get("env_version"),
+            renderer=d.get("renderer"),
+            protocol=d.get("protocol"),
+            tool_format=d.get("tool_format"),
+            data=dict(d.get("data") or {}),
         )
 
     async def cleanup(self) -> None:

@@ -205,6 +205,10 @@ class ReToolConfig(EnvConfig, SettableStrings, JudgedConfig):
     def renderer_kind(self) -> RendererKind:
         return _PROTOCOL_RENDERER[self.protocol]
 
+    @property
+    def action_protocol(self) -> str:
+        return self.protocol
+
     def output_policy(self) -> OutputPolicy:
         truncation = self.truncation
         if truncation == "auto":

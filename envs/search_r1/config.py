@@ -175,6 +175,10 @@ class SearchR1Config(EnvConfig, SettableStrings, JudgedConfig):
             return self.renderer
         return "chat" if self.protocol == "tool_call" else "continuation"
 
+    @property
+    def action_protocol(self) -> str:
+        return self.protocol
+
     # ---- tasks ------------------------------------------------------------------------
     def tasks(self, split: str = "train") -> list[QATask]:
         path = self.train_file if split == "train" else self.test_file

@@ -92,6 +92,11 @@ def _description(builder: EnvGroupBuilder) -> dict[str, Any]:
         "config": dict(described.config),
         "split": described.split,
         "group_size": described.group_size,
+        "env_version": described.env_version,
+        "renderer": described.renderer,
+        "protocol": described.protocol,
+        "tool_format": described.tool_format,
+        "data": dict(described.data),  # hashed here, where the files are
         "logging_tags": list(builder.logging_tags()),
     }
 

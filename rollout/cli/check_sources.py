@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentenvs.rollout.cli.common import CLIError, err, one_line
+from agentenvs.rollout.cli.common import NO_TOKENIZER_NAMED, CLIError, err, one_line
 
 
 def readable_kind(file: Path) -> Any:
@@ -41,27 +41,38 @@ def rescorer_for(model: str | None, dtype: str) -> Any:
         raise CLIError(f"cannot rescore with {model!r}: {one_line(str(error))}") from None
 
 
-def _recorded_tokenizer(path: Path) -> tuple[str | None, dict[str, Any] | None]:
-    """The tokenizer spec and fingerprint the store's first record names."""
+def _recorded_tokenizer(path: Path) -> tuple[str | None, dict[str, Any] | None, bool]:
+    """The tokenizer spec and fingerprint the store's first record that names one names,
+    and whether any record read holds tokens to decode (all of them when none names a
+    tokenizer; usually only the first line is read)."""
+    has_tokens = False
     with open(path, encoding="utf-8") as handle:
         for line in handle:
             try:
-                entry = json.loads(line).get("provenance", {}).get("tokenizer")
+                data = json.loads(line)
+                entry = data.get("provenance", {}).get("tokenizer")
             except (json.JSONDecodeError, AttributeError):
                 continue
-            if isinstance(entry, dict):
-                return entry.get("spec") or entry.get("name") or None, entry
+            has_tokens = has_tokens or bool(data.get("trajectories"))
+            if isinstance(entry, dict) and (entry.get("spec") or entry.get("name")):
+                return entry.get("spec") or entry.get("name"), entry, has_tokens
             if isinstance(entry, str) and entry:
-                return entry, None
-    return None, None
+                return entry, None, has_tokens
+    return None, None, has_tokens
 
 
 def store_tokenizer(path: Path, requested: str | None) -> Any:
-    """``requested``, else the tokenizer the store names (else the built-in one)."""
+    """``requested``, else the tokenizer the store names; a store with tokens that names
+    none is refused, asking for ``--tokenizer`` (one with only failed groups decodes
+    nothing and gets the built-in one)."""
     from agentenvs.envs.tokenizer_fingerprint import tokenizer_fingerprint
     from agentenvs.rollout.inspect.vocab import load_check_tokenizer
 
-    spec, fingerprint = _recorded_tokenizer(path)
+    spec, fingerprint, has_tokens = _recorded_tokenizer(path)
+    if requested is None and spec is None and has_tokens:
+        # Decoding with the builtin tokenizer by default showed garbage (and failed sound
+        # stores) for runs made with another vocabulary.
+        raise CLIError(NO_TOKENIZER_NAMED)
     chosen = requested or spec or "builtin"
     local = Path(chosen).expanduser()
     if chosen.startswith(("/", ".", "~")) and not local.exists():

@@ -86,6 +86,7 @@ def friendly_errors(*, debug: bool = False) -> Iterator[None]:
     """Turn the errors a user can cause into one line and exit code 2; with ``debug``
     (``--debug``), print each one's traceback first."""
     from agentenvs.envs.registry import EnvConfigError, UnknownEnvError
+    from agentenvs.rollout.collect.options import OptionError
     from agentenvs.rollout.collect.run_identity import RunMismatchError
     from agentenvs.rollout.collect.store import StoreError
     from agentenvs.rollout.inspect.viewer import ViewerError
@@ -94,13 +95,15 @@ def friendly_errors(*, debug: bool = False) -> Iterator[None]:
     known = (CLIError, EnvConfigError, UnknownEnvError, ViewerError, PolicyError, StoreError)
     try:
         yield
-    except (*known, RunMismatchError, OSError) as error:
+    except (*known, RunMismatchError, OptionError, OSError) as error:
         if debug:
             import traceback
 
             err.print("".join(traceback.format_exception(error)).rstrip(), markup=False)
         if isinstance(error, OSError):
             raise fail(_os_error_message(error)) from None
+        if isinstance(error, OptionError):  # a setting out of range, said as its flag
+            raise fail(error.as_flag()) from None
         raise fail(str(error)) from None
 
 
@@ -118,15 +121,6 @@ def one_line(text: str) -> str:
 # ---- tokenizers ---------------------------------------------------------------------------------
 
 
-def resolve_tokenizer_spec(spec: str | None, policy: str, policy_options: dict[str, Any]) -> str:
-    """The tokenizer to render with: the one asked for; else a local model's own; else builtin."""
-    if spec:
-        return spec
-    if policy == "hf" and isinstance(policy_options.get("model"), str):
-        return str(policy_options["model"])
-    return "builtin"
-
-
 def load_tokenizer_or_fail(spec: str) -> Any:
     from agentenvs.rollout.tokenizer import load_tokenizer
 
@@ -141,8 +135,15 @@ def load_tokenizer_or_fail(spec: str) -> Any:
 
 
 def load_view_tokenizer(records: list, requested: str | None) -> tuple[Any, str]:
+    """The tokenizer ``view`` and ``check`` decode with: ``--tokenizer``, else the one
+    the file names. A file that names none is refused with a request for
+    ``--tokenizer``: decoding with the builtin tokenizer by default showed garbage
+    (and failed sound stores) for runs made with another vocabulary."""
     from agentenvs.rollout.inspect.viewer import tokenizer_spec_for
 
+    decoded = any(r.group is not None for r in records)  # only failed groups: no tokens
+    if requested is None and decoded and not any(names_tokenizer(r.provenance) for r in records):
+        raise CLIError(NO_TOKENIZER_NAMED)
     spec, fingerprint = tokenizer_spec_for(records, requested)
     try:
         tokenizer = load_tokenizer_or_fail(spec)
@@ -165,6 +166,23 @@ def load_view_tokenizer(records: list, requested: str | None) -> tuple[Any, str]
                 markup=False,
             )
     return tokenizer, spec
+
+
+NO_TOKENIZER_NAMED = (
+    "the file names no tokenizer (written before its provenance was recorded, or from "
+    "groups whose builders describe none): pass --tokenizer builtin or the local tokenizer "
+    "directory the run used"
+)
+"""What ``view`` and ``check`` say of a store with tokens that names no tokenizer."""
+
+
+def names_tokenizer(provenance: dict[str, Any]) -> bool:
+    """Whether a record's provenance says which tokenizer made it (how to load it, or
+    its name)."""
+    entry = provenance.get("tokenizer")
+    if isinstance(entry, dict):
+        return bool(entry.get("spec") or entry.get("name"))
+    return isinstance(entry, str) and bool(entry)
 
 
 # ---- reading stores ---------------------------------------------------------------------------

@@ -78,29 +78,32 @@ def run_one(
 ) -> DemoOutcome:
     from agentenvs.envs.registry import config_class as config_class_of
     from agentenvs.rollout.cli.rollout_run import run_rollout
+    from agentenvs.rollout.collect.spec import (
+        CollectOptions,
+        DatasetSpec,
+        EnvSpec,
+        RunSpec,
+        StoreSpec,
+    )
     from agentenvs.rollout.inspect.viewer import load_records, render_html
     from agentenvs.rollout.tokenizer import load_tokenizer
 
-    spec = config_class_of(env_name).demo_tokenizer  # an image env needs image tokens
+    tokenizer_spec = config_class_of(env_name).demo_tokenizer  # an image env needs image tokens
     jsonl = out_dir / f"demo-{env_name}.jsonl"
     html = out_dir / f"demo-{env_name}.html"
     jsonl.unlink(missing_ok=True)  # a demo shows a fresh run, it does not resume one
     started = time.monotonic()
     try:
-        tokenizer = tokenizer if spec == "builtin" else load_tokenizer(spec)
-        run = run_rollout(
-            env_name,
-            config_overrides=demo_overrides(env_name),
-            tokenizer=tokenizer,
-            tokenizer_spec=spec,
-            policy_name="scripted",
-            groups=groups,
-            group_size=group_size,
-            concurrency=4,
-            out_path=jsonl,
-            retries=0,
-            group_timeout=group_timeout,
+        if tokenizer_spec != "builtin":
+            tokenizer = load_tokenizer(tokenizer_spec)
+        spec = RunSpec(
+            EnvSpec(env_name, demo_overrides(env_name)),
+            DatasetSpec(groups=groups, group_size=group_size),
+            tokenizer=tokenizer_spec,
+            limits=CollectOptions(concurrency=4, retries=0, group_timeout=group_timeout),
+            store=StoreSpec(jsonl),
         )
+        run = run_rollout(spec, tokenizer=tokenizer)
     except Exception as error:
         return DemoOutcome(
             env_name,
@@ -110,7 +113,7 @@ def run_one(
         )
     records = load_records(jsonl)
     html.write_text(
-        render_html(records, tokenizer, source=str(jsonl), tokenizer_name=spec),
+        render_html(records, tokenizer, source=str(jsonl), tokenizer_name=tokenizer_spec),
         encoding="utf-8",
     )
     failed = run.result.failed

@@ -11,15 +11,37 @@ send it as ``X-API-Key``).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
 
 from agentenvs.rollout.cli.common import CLIError, err, friendly_errors, load_tokenizer_or_fail
+from agentenvs.rollout.cli.flag_groups import with_flag_groups
+from agentenvs.rollout.cli.options import RenderTokenizer
 
 TOKEN_VAR = "AGENTENVS_ENV_SERVER_TOKEN"
 
 
+@dataclass(frozen=True)
+class SessionFlags:
+    """How much one server holds at once."""
+
+    max_groups: Annotated[
+        int, typer.Option(metavar="N", help="Group sessions held at once (more get 429).")
+    ] = 1024
+    max_envs_per_group: Annotated[
+        int, typer.Option(metavar="N", help="Envs (roots and forks) one group may hold.")
+    ] = 256
+    max_steps: Annotated[int, typer.Option(metavar="N", help="Steps one episode may take.")] = (
+        10_000
+    )
+    idle_timeout: Annotated[
+        float, typer.Option(metavar="SECONDS", help="Close a group after this long unused.")
+    ] = 300.0
+
+
+@with_flag_groups
 def serve_command(
     envs: Annotated[
         list[str],
@@ -27,26 +49,13 @@ def serve_command(
     ],
     host: Annotated[str, typer.Option(metavar="HOST", help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(metavar="PORT", help="Port to listen on.")] = 8100,
-    tokenizer: Annotated[
-        str,
-        typer.Option(metavar="builtin|DIR", help="The tokenizer envs render with (the policy's)."),
-    ] = "builtin",
+    tokenizer: RenderTokenizer = "builtin",
     token: Annotated[
         str | None,
         typer.Option(metavar="TOKEN", help=f"Bearer token clients must send (or ${TOKEN_VAR})."),
     ] = None,
-    max_groups: Annotated[
-        int, typer.Option(metavar="N", help="Group sessions held at once (more get 429).")
-    ] = 1024,
-    max_envs_per_group: Annotated[
-        int, typer.Option(metavar="N", help="Envs (roots and forks) one group may hold.")
-    ] = 256,
-    max_steps: Annotated[
-        int, typer.Option(metavar="N", help="Steps one episode may take.")
-    ] = 10_000,
-    idle_timeout: Annotated[
-        float, typer.Option(metavar="SECONDS", help="Close a group after this long unused.")
-    ] = 300.0,
+    *,
+    sessions: SessionFlags,
     openenv: Annotated[
         bool, typer.Option("--openenv", help="Also serve OpenEnv's wire at /openenv/<env>.")
     ] = False,
@@ -71,9 +80,15 @@ def serve_command(
         secret = token or os.environ.get(TOKEN_VAR) or None
         try:
             check_exposure(host, secret)
-            limits = SessionLimits(max_groups, max_envs_per_group, max_steps, idle_timeout)
+            limits = SessionLimits(
+                sessions.max_groups,
+                sessions.max_envs_per_group,
+                sessions.max_steps,
+                sessions.idle_timeout,
+            )
         except (ServeError, ValueError) as error:
             raise CLIError(str(error)) from None
+        tokenizer = tokenizer or "builtin"
         loaded = load_tokenizer_or_fail(tokenizer)
         try:
             app = build_app(

@@ -1,23 +1,22 @@
 """The tree-rollout options of ``agentenvs rollout`` (``--branch-factor``, ``--branch-at``, ...).
 
-Kept apart from the command so the command only threads one value through: the
+One flag group (:class:`TreeFlags`, see :mod:`~.flag_groups`), kept apart from the command:
+the command only asks it for the
 :class:`~agentenvs.rollout.collect.tree.BranchSchedule` these options describe, or
 None for ordinary (independent) rollouts.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import Annotated
 
 import typer
 
-from agentenvs.rollout.cli.common import CLIError, friendly_errors
-from agentenvs.rollout.collect.tree import BranchSchedule, as_trees, tree_summary
+from agentenvs.rollout.cli.common import CLIError
+from agentenvs.rollout.collect.tree import BranchSchedule, tree_summary
 
-__all__ = ["BranchSchedule", "as_trees", "branch_schedule", "tree_summary"]
+__all__ = ["BranchSchedule", "TreeFlags", "branch_schedule", "tree_summary"]
 
 BranchFactor = Annotated[
     int | None,
@@ -58,43 +57,26 @@ MaxLiveForks = Annotated[
 ]
 
 
-OPTIONS: dict[str, tuple[Any, Any]] = {
-    "branch_factor": (BranchFactor, None),
-    "branch_at": (BranchAt, None),
-    "max_leaves": (MaxLeaves, None),
-    "branch_entropy": (BranchEntropy, None),
-    "branch_entropy_tokens": (BranchEntropyTokens, 8),
-    "max_live_forks": (MaxLiveForks, 64),
-}
-"""The options :func:`with_tree_options` adds: name -> (annotation, default)."""
+@dataclass(frozen=True)
+class TreeFlags:
+    """The tree options; :meth:`schedule` is what they ask for."""
 
+    branch_factor: BranchFactor = None
+    branch_at: BranchAt = None
+    max_leaves: MaxLeaves = None
+    branch_entropy: BranchEntropy = None
+    branch_entropy_tokens: BranchEntropyTokens = 8
+    max_live_forks: MaxLiveForks = 64
 
-def with_tree_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Give a typer command the tree options and hand it their schedule as ``tree``.
-
-    Why a decorator: the rollout command's module stays the size of its own job; the
-    options, their parsing and their errors live here. The command declares
-    ``tree: BranchSchedule | None = None``; typer sees the options instead.
-    """
-    signature = inspect.signature(command, eval_str=True)
-    kept = [p for p in signature.parameters.values() if p.name != "tree"]
-    added = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
-        for name, (kind, default) in OPTIONS.items()
-    ]
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        values = [kwargs.pop(name, default) for name, (_, default) in OPTIONS.items()]
-        with friendly_errors():  # a bad option is one error line, as in the command
-            tree = branch_schedule(*values)
-        return command(*args, tree=tree, **kwargs)
-
-    params = [*kept, *added]
-    wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in params}
-    del wrapper.__wrapped__  # typer must read the signature above, not the command's
-    return wrapper
+    def schedule(self) -> BranchSchedule | None:
+        return branch_schedule(
+            self.branch_factor,
+            self.branch_at,
+            self.max_leaves,
+            self.branch_entropy,
+            self.branch_entropy_tokens,
+            self.max_live_forks,
+        )
 
 
 def parse_turns(text: str) -> tuple[int, ...]:

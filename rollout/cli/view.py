@@ -15,6 +15,7 @@ from agentenvs.rollout.cli.common import (
     out,
     read_store_warning,
 )
+from agentenvs.rollout.cli.options import DecodeTokenizer
 
 
 def view_command(
@@ -33,13 +34,7 @@ def view_command(
     limit: Annotated[
         int | None, typer.Option(metavar="N", help="Show only the first N groups.")
     ] = None,
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(
-            metavar="builtin|DIR",
-            help="Tokenizer to decode with (default: the file's, else builtin).",
-        ),
-    ] = None,
+    tokenizer: DecodeTokenizer = None,
     no_pager: Annotated[
         bool,
         typer.Option("--no-pager", help="Print straight to the terminal instead of a pager."),

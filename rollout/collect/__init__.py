@@ -6,4 +6,6 @@ and timed out into one record), ``collector`` (many groups: ``options`` checks t
 arguments, ``plan`` names the groups and decides what to skip, ``finish`` stamps
 each record), ``records`` and ``store`` (the JSONL a run leaves), ``streaming``
 (groups handed over while collection goes on) and ``executors`` (where episodes run).
+Above them all, ``spec`` describes a whole run once (:class:`~.spec.RunSpec`) and
+``run`` runs it (:func:`~.run.run`: env config, tokenizer, policy, groups, collect).
 """

@@ -10,6 +10,12 @@ is not retried unless it is transient (:func:`agentenvs.envs.errors.is_transient
 a bug in ``step`` raises the same way on fresh envs, and three identical failures
 only cost time and bury the traceback. Errors of the policy or its server, and
 attempts that run out of time, are retried as before.
+
+A ``CancelledError`` that nobody asked of the collector's task (an SDK's cancel scope
+raising into the episode, an awaited task someone else cancelled:
+:mod:`~agentenvs.rollout.collect.cancels`) is an error of the attempt like any
+other, so the group still ends as a record; a cancellation of the collector itself
+(Ctrl-C, a caller's timeout) stops the run as before.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import traceback
 
 from agentenvs.envs.errors import is_transient
 from agentenvs.envs.types import EnvGroupBuilder
+from agentenvs.rollout.collect.cancels import STRAY_CANCEL, cancel_requested
 from agentenvs.rollout.collect.env_code import noting_env_errors
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.rollouts import current_group_key, do_group_rollout
@@ -75,6 +82,11 @@ async def run_group_attempts(
                     else:
                         errors.append(describe_error(err))
                     last_traceback = format_traceback(err)
+                except asyncio.CancelledError as err:
+                    if cancel_requested():
+                        raise  # the run is stopping: not this group's failure
+                    errors.append(f"{describe_error(err)} ({STRAY_CANCEL})")
+                    last_traceback = format_traceback(err)
                 except Exception as err:
                     last_traceback = format_traceback(err)
                     where = env_errors.where(err)
@@ -86,6 +98,11 @@ async def run_group_attempts(
                     return GroupRecord(key=key, env="", task_id="", group=group, attempts=attempt)
     finally:
         current_group_key.reset(token)
+    return failed_record(key, errors, last_traceback)
+
+
+def failed_record(key: str, errors: list[str], traceback_text: str | None) -> GroupRecord:
+    """A ``failed`` record naming each attempt's error (the collector stamps the rest)."""
     attempts = len(errors)
     history = "; ".join(f"attempt {n}: {e}" for n, e in enumerate(errors, start=1))
     message = f"failed after {attempts} attempt{'s' if attempts > 1 else ''}: {history}"
@@ -97,5 +114,5 @@ async def run_group_attempts(
         status="failed",
         error=message,
         attempts=attempts,
-        traceback=last_traceback,
+        traceback=traceback_text,
     )

@@ -20,15 +20,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentenvs.envs.types import EnvGroupBuilder
-from agentenvs.rollout.collect.executors import GroupExecutor, InProcessExecutor
+from agentenvs.rollout.collect.attempts import describe_error, failed_record, format_traceback
+from agentenvs.rollout.collect.cancels import STRAY_CANCEL, cancel_requested
+from agentenvs.rollout.collect.executors import GroupExecutor, GroupRunner, InProcessExecutor
 from agentenvs.rollout.collect.finish import RecordStamps
-from agentenvs.rollout.collect.options import check_collect_options
+from agentenvs.rollout.collect.options import CollectOptions
 from agentenvs.rollout.collect.plan import PlannedGroup, plan_collection
+from agentenvs.rollout.collect.provenance import ProvenanceNotes, RunProvenance
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.rollouts import first_error
 from agentenvs.rollout.collect.store import TrajectoryStore
-from agentenvs.rollout.data.advantages import Estimator
+from agentenvs.rollout.collect.store_lock import claim
 from agentenvs.rollout.policies.base import Policy, PolicyFactory
+
+__all__ = [
+    "AllGroupsSkipped",
+    "CollectOptions",
+    "CollectionResult",
+    "ProvenanceNotes",
+    "collect",
+    "summarize",
+]
 
 
 @dataclass
@@ -50,22 +62,15 @@ class CollectionResult:
 async def collect(
     builders: Sequence[EnvGroupBuilder],
     policy: Policy | PolicyFactory,
+    options: CollectOptions | None = None,
     *,
-    concurrency: int = 8,
-    retries: int = 1,
-    group_timeout: float | None = None,
     store: TrajectoryStore | None = None,
     keys: Sequence[str] | None = None,
-    env_name: str = "",
-    env_config: dict | None = None,
-    provenance: dict | None = None,
-    progress: bool = True,
-    advantage_estimator: Estimator = "grpo",
-    normalize_std: bool | None = None,
-    new_run: bool = False,
     executor: GroupExecutor | None = None,
+    notes: ProvenanceNotes | None = None,
 ) -> CollectionResult:
-    """Run every group, at most ``concurrency`` at a time.
+    """Run every group, at most ``options.concurrency`` at a time (:class:`CollectOptions`:
+    concurrency, retries, group timeout, new run, progress, advantage estimator).
 
     A group that raises or exceeds ``group_timeout`` seconds is tried again with
     fresh envs up to ``retries`` more times, then recorded as failed
@@ -76,12 +81,15 @@ async def collect(
     under ``extra["advantages"]`` with the estimator that made them, so the stored
     data says how its loss inputs were computed.
 
-    Each record's task id, env name and config are what its builder's ``describe()``
-    says, with ``env_name`` and ``env_config``, when given, in place of the
-    builder's own (:mod:`~agentenvs.rollout.collect.plan`). Each record also
+    What each record says of its group (task id, env name and config) and its
+    provenance (tokenizer fingerprint and how to reload it; env name, version,
+    config, renderer and protocol; policy; sampling) come from the builder's
+    ``describe()`` and the policy's self-description, with what ``notes`` adds (a
+    run spec's tokenizer spec, policy name and options, extra sections:
+    :class:`~agentenvs.rollout.collect.provenance.ProvenanceNotes`). Each record also
     carries the run's identity (env, config hash, split, tokenizer, policy, group
     size). Resuming into a store whose latest run is a different one raises
-    :class:`RunMismatchError` saying what differs, unless ``new_run`` asks to
+    :class:`RunMismatchError` saying what differs, unless ``options.new_run`` asks to
     append a new run to the file.
 
     ``keys`` names the groups in the store, one unique key each; by default
@@ -94,41 +102,44 @@ async def collect(
     actors (:class:`~agentenvs.rollout.collect.executors.ray_executor.RayExecutor`);
     records, store and resume are the same either way.
 
-    The stages: check the arguments, plan (keys, identity, resume), run each
-    group, finish its record (:class:`~agentenvs.rollout.collect.finish.RecordStamps`),
-    store it.
+    The stages: claim the store (one run writes it at a time: a second is refused
+    with :class:`~agentenvs.rollout.collect.store_lock.StoreBusy`), plan (keys,
+    identity, resume), run each group, finish its record
+    (:class:`~agentenvs.rollout.collect.finish.RecordStamps`), store it.
     """
-    check_collect_options(concurrency=concurrency, retries=retries, group_timeout=group_timeout)
-    plan = plan_collection(
-        builders,
-        policy,
-        keys=keys,
-        env_name=env_name,
-        env_config=env_config,
-        provenance=provenance,
-        store=store,
-        new_run=new_run,
-    )
+    options = options or CollectOptions()
+    with claim(store.path if store is not None else None):  # one run writes a store at a time
+        return await _collect(builders, policy, options, store, keys, executor, notes)
+
+
+async def _collect(
+    builders: Sequence[EnvGroupBuilder],
+    policy: Policy | PolicyFactory,
+    options: CollectOptions,
+    store: TrajectoryStore | None,
+    keys: Sequence[str] | None,
+    executor: GroupExecutor | None,
+    notes: ProvenanceNotes | None,
+) -> CollectionResult:
+    plan = plan_collection(builders, policy, keys=keys, store=store, new_run=options.new_run)
     stamps = RecordStamps(
         plan.identity,
-        provenance,
-        advantage_estimator=advantage_estimator,
-        normalize_std=normalize_std,
+        RunProvenance(policy, notes),
+        advantage_estimator=options.advantage_estimator,
+        normalize_std=options.normalize_std,
     )
     warn_if_all_skipped(plan.skipped, len(plan.groups), store)
     result = CollectionResult(skipped=plan.skipped)
-    semaphore = asyncio.Semaphore(concurrency)
+    semaphore = asyncio.Semaphore(options.concurrency)
     runner = await (executor or InProcessExecutor()).start(
         policy, [planned.builder for planned in plan.groups]
     )
 
-    with _ProgressBar(len(plan.groups), enabled=progress) as bar:
+    with _ProgressBar(len(plan.groups), enabled=options.progress) as bar:
 
         async def run_one(planned: PlannedGroup) -> None:
             async with semaphore:
-                record = await runner.run_group(
-                    planned.builder, planned.key, retries=retries, group_timeout=group_timeout
-                )
+                record = await run_group(runner, planned, options)
             stamps.finish(record, planned, runner.described_policy(record, policy))
             if store is not None:
                 await store.commit(record)  # returns once on disk; the loop runs meanwhile
@@ -144,6 +155,26 @@ async def collect(
         finally:
             await runner.close()
     return result
+
+
+async def run_group(
+    runner: GroupRunner, planned: PlannedGroup, options: CollectOptions
+) -> GroupRecord:
+    """The runner's record of one group. A ``CancelledError`` that escapes it although
+    nobody cancelled the collection becomes that group's failed record: a task group
+    drops a child that ends cancelled without a word, and the group would vanish."""
+    try:
+        return await runner.run_group(
+            planned.builder,
+            planned.key,
+            retries=options.retries,
+            group_timeout=options.group_timeout,
+        )
+    except asyncio.CancelledError as err:
+        if cancel_requested():
+            raise
+        error = f"{describe_error(err)} ({STRAY_CANCEL})"
+        return failed_record(planned.key, [error], format_traceback(err))
 
 
 class AllGroupsSkipped(UserWarning):

@@ -3,18 +3,17 @@
 An executor returns a record with the group (or its error) and the attempts; the
 collector adds, in this order, what the stored data must say about itself: the
 task, env and config (from the group's :class:`~.plan.PlannedGroup`), the
-provenance (the caller's, refreshed from the policy as it is now), the run
+provenance (built from its description, the policy and the run spec's notes:
+:class:`~.provenance.RunProvenance`, refreshed from the policy as it is now), the run
 identity, and for an ``ok`` group its tree (tree rollouts) and its advantages with
 the estimator that made them, so the store says how its loss inputs were computed.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from agentenvs.envs.rewards.identity import with_reward_provenance
 from agentenvs.rollout.collect.plan import PlannedGroup
-from agentenvs.rollout.collect.provenance import record_provenance
+from agentenvs.rollout.collect.provenance import RunProvenance, record_provenance
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.run_identity import RunIdentity
 from agentenvs.rollout.collect.tree import attach_tree
@@ -30,7 +29,7 @@ class RecordStamps:
     def __init__(
         self,
         identity: RunIdentity,
-        provenance: dict[str, Any] | None = None,
+        provenance: RunProvenance,
         *,
         advantage_estimator: Estimator = "grpo",
         normalize_std: bool | None = None,
@@ -48,7 +47,8 @@ class RecordStamps:
         record.task_id = planned.task_id
         record.env = description.env_name
         record.env_config = dict(description.config)
-        record.provenance = record_provenance(described_policy, record.group, self.provenance)
+        base = self.provenance.base(description)
+        record.provenance = record_provenance(described_policy, record.group, base)
         # Which reward code scored the group (envs/rewards/identity.py): checked across runs.
         record.provenance = with_reward_provenance(record.provenance, record.env, record.env_config)
         record.run = dict(self.run)

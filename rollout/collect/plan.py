@@ -1,19 +1,15 @@
 """A collection's plan: what each group is called, what it says of itself, what to skip.
 
 What a record says about its group (task id, env name, config) comes from one
-place: the builder's :meth:`~agentenvs.envs.types.EnvGroupBuilder.describe`, with
-the caller's ``env_name`` and ``env_config`` overriding the builder's own when
-given (:func:`describe_group`). The run identity is made from the first group's
-description the same way, its tokenizer from the caller's provenance when that
-names one (the CLI's does), else from the description's tokenizer.
+place: the builder's :meth:`~agentenvs.envs.types.EnvGroupBuilder.describe`. The
+run identity is made from the first group's description the same way, and so is
+its provenance (:mod:`~agentenvs.rollout.collect.provenance`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from agentenvs.envs.types import EnvGroupBuilder, GroupDescription
 from agentenvs.rollout.collect.options import check_keys
@@ -25,20 +21,6 @@ from agentenvs.rollout.collect.run_identity import (
 )
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies.base import Policy, PolicyFactory
-
-
-def describe_group(
-    builder: EnvGroupBuilder, *, env_name: str = "", env_config: Mapping[str, Any] | None = None
-) -> GroupDescription:
-    """The builder's description, with a non-empty ``env_name`` and a given ``env_config``
-    in place of its own."""
-    described = builder.describe()
-    changes: dict[str, Any] = {}
-    if env_name:
-        changes["env_name"] = env_name
-    if env_config is not None:
-        changes["config"] = dict(env_config)
-    return dataclasses.replace(described, **changes) if changes else described
 
 
 def task_id(index: int, description: GroupDescription) -> str:
@@ -80,15 +62,11 @@ class CollectionPlan:
 
 
 def collection_identity(
-    first: GroupDescription | None,
-    policy: Policy | PolicyFactory,
-    provenance: Mapping[str, Any] | None,
+    first: GroupDescription | None, policy: Policy | PolicyFactory
 ) -> RunIdentity:
     """The run identity records are stamped with and resumed by (see the module docstring)."""
     return identity_for_collection(
-        first or GroupDescription(),
-        provenance=dict(provenance) if provenance is not None else None,
-        described_policy=policy_provenance(policy),
+        first or GroupDescription(), described_policy=policy_provenance(policy)
     )
 
 
@@ -97,9 +75,6 @@ def plan_collection(
     policy: Policy | PolicyFactory,
     *,
     keys: Sequence[str] | None = None,
-    env_name: str = "",
-    env_config: Mapping[str, Any] | None = None,
-    provenance: Mapping[str, Any] | None = None,
     store: TrajectoryStore | None = None,
     new_run: bool = False,
 ) -> CollectionPlan:
@@ -107,11 +82,11 @@ def plan_collection(
     the groups ``store`` holds; refuses a store of another run
     (:class:`~agentenvs.rollout.collect.run_identity.RunMismatchError`) unless
     ``new_run``."""
-    described = [describe_group(b, env_name=env_name, env_config=env_config) for b in builders]
+    described = [builder.describe() for builder in builders]
     if keys is None:
         keys = [group_key(i, d) for i, d in enumerate(described)]
     check_keys(keys, len(builders))
-    identity = collection_identity(described[0] if described else None, policy, provenance)
+    identity = collection_identity(described[0] if described else None, policy)
     done: set[str] = set()
     if store is not None:
         config = described[0].config if described else None

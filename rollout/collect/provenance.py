@@ -1,16 +1,28 @@
-"""A finished group's provenance: what the policy says about itself, stamped on records.
+"""A group's provenance: what made it, built by the collector for every store.
 
-Kept apart from the collector because three places ask it (the collector, the Ray
-actor that describes its own policy, the CLI's run provenance) and none of them
-should have to import the whole collection loop for it.
+Three sources, and nothing else: the group's builder (:meth:`EnvGroupBuilder.describe
+<agentenvs.envs.types.EnvGroupBuilder.describe>`: env name, version, config,
+renderer, protocol, tool-call parser, content hashes of its data, tokenizer), the policy's self-description (model, sampling
+settings, weights, asked when the group finishes), and what a run spec adds
+(:class:`ProvenanceNotes`: how to reload the tokenizer, the policy as it was asked
+for, extra sections such as ``agentenvs eval``'s panel). ``collect()`` from Python
+and ``agentenvs rollout`` therefore write the same provenance.
+
+Kept apart from the collector because the Ray actor that describes its own policy
+asks it too, and should not have to import the whole collection loop for it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from agentenvs.envs.types import TrajectoryGroup
+from agentenvs.envs.tokenizer_fingerprint import tokenizer_fingerprint
+from agentenvs.envs.types import GroupDescription, TrajectoryGroup
+from agentenvs.rollout.data.provenance import PolicyIdentity, SamplingSettings, build_provenance
 from agentenvs.rollout.policies.base import SelfDescribing, VersionedPolicy
 from agentenvs.rollout.weights.stamps import with_turn_versions
 
@@ -53,11 +65,12 @@ _LIVE_POLICY_FIELDS = (
 def record_provenance(
     policy: object, group: TrajectoryGroup | None, provenance: dict | None
 ) -> dict[str, Any]:
-    """A finished group's provenance: the caller's, with the policy's live fields.
+    """A finished group's provenance: ``provenance`` (:meth:`RunProvenance.base`),
+    with the policy's live fields.
 
-    A caller's ``policy`` section (the CLI builds one before collecting) keeps its
-    shape, but its model and weights fields are refreshed from the policy as it
-    is now, so a model discovered from the server is not recorded as null.
+    The ``policy`` section keeps its shape, but its model and weights fields are
+    refreshed from the policy as it is now, so a model discovered from the server
+    is not recorded as null.
     """
     live = policy_provenance(policy, group)
     record = {"policy": live, **(provenance or {})}
@@ -97,3 +110,81 @@ def tool_call_formats(group: TrajectoryGroup | None) -> dict[str, list[str]] | N
             declared.update(str(f) for f in log.declared)
             read_as.update(str(a.format) for a in log.attempts)
     return {"declared": sorted(declared), "read_as": sorted(read_as)} if seen else None
+
+
+@dataclass(frozen=True)
+class ProvenanceNotes:
+    """What a run spec adds to the provenance the collector builds itself.
+
+    Everything here is optional: without it the tokenizer's reload spec is its own
+    name (``builtin`` for the shipped tokenizer), the policy's kind is the name it
+    gives itself and its options are its self-description."""
+
+    tokenizer_spec: str | None = None
+    """How to load the tokenizer again (``builtin``, a directory): what ``view`` uses."""
+    policy_name: str | None = None
+    """The policy's registry name as asked for (``make_policy(NAME)``)."""
+    policy_options: Mapping[str, Any] = field(default_factory=dict)
+    """The options it was made with (plain values are recorded)."""
+    sections: Mapping[str, Any] = field(default_factory=dict)
+    """Extra top-level sections (``agentenvs eval`` records its panel under ``eval``)."""
+
+
+def tokenizer_reload_spec(fingerprint: Mapping[str, Any]) -> str | None:
+    """How to load a fingerprinted tokenizer again when nobody said: ``builtin`` for
+    the shipped tokenizer (its name is not loadable), else its name (a Hugging Face
+    tokenizer's ``name_or_path``: the directory or Hub id it was loaded from)."""
+    from agentenvs.rollout.builtin_tokenizer import BUILTIN_NAME
+
+    name = fingerprint.get("name")
+    if name == BUILTIN_NAME:
+        return "builtin"
+    return str(name) if name else None
+
+
+class RunProvenance:
+    """The base provenance of each group of one collection (before the live policy
+    fields of :func:`record_provenance`), built from its description, the policy's
+    self-description and the :class:`ProvenanceNotes`.
+
+    A tokenizer's fingerprint is computed once per process (:func:`fingerprint_of`)."""
+
+    def __init__(self, policy: object, notes: ProvenanceNotes | None = None) -> None:
+        self.notes = notes or ProvenanceNotes()
+        described = policy_provenance(policy)
+        self.policy = PolicyIdentity.described(
+            described, kind=self.notes.policy_name, options=self.notes.policy_options
+        )
+        self.sampling = SamplingSettings.described(described)
+
+    def base(self, description: GroupDescription) -> dict[str, Any]:
+        record = build_provenance(
+            tokenizer=self.tokenizer_section(description.tokenizer),
+            env=description,
+            policy=self.policy,
+            sampling=self.sampling,
+        )
+        record.update(self.notes.sections)
+        return record
+
+    def tokenizer_section(self, tokenizer: Any) -> dict[str, Any] | None:
+        """The tokenizer's fingerprint and reload spec; None when nothing is known."""
+        spec = self.notes.tokenizer_spec
+        if tokenizer is None:
+            return {"spec": spec} if spec else None
+        fingerprint = fingerprint_of(tokenizer)
+        return {**fingerprint, "spec": spec or tokenizer_reload_spec(fingerprint)}
+
+
+_FINGERPRINTS: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def fingerprint_of(tokenizer: Any) -> dict[str, Any]:
+    """:func:`tokenizer_fingerprint`, memoised per tokenizer object: hashing a large
+    vocabulary takes a noticeable fraction of a second, and loops call ``collect`` often."""
+    with contextlib.suppress(KeyError, TypeError):
+        return dict(_FINGERPRINTS[tokenizer])
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    with contextlib.suppress(TypeError):  # not weak-referenceable: hash again next time
+        _FINGERPRINTS[tokenizer] = fingerprint
+    return dict(fingerprint)

@@ -23,6 +23,7 @@ from agentenvs.envs.types import (
     TrajectoryGroup,
     Transition,
 )
+from agentenvs.rollout.collect.cancels import cancels_as_errors, forget_group_cancel
 from agentenvs.rollout.collect.env_code import env_call
 from agentenvs.rollout.collect.turns import (
     action_token_cap,
@@ -149,11 +150,15 @@ async def do_group_rollout(
 
 async def run_concurrently(coros: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
     """Run coroutines concurrently; on the first failure cancel the rest and raise it
-    (as itself, not wrapped in an exception group)."""
+    (as itself, not wrapped in an exception group). A ``CancelledError`` nobody asked of
+    the collector is such a failure (:mod:`~.cancels`), not a child to ignore."""
+    task = asyncio.current_task()
+    before = task.cancelling() if task is not None else 0
     try:
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(coro) for coro in coros]
+            tasks = [group.create_task(cancels_as_errors(coro)) for coro in coros]
     except BaseExceptionGroup as errors:
+        forget_group_cancel(before)
         raise first_error(errors) from None
     return [task.result() for task in tasks]
 

@@ -86,22 +86,16 @@ def policy_key(described: dict[str, Any]) -> str:
 
 
 def identity_for_collection(
-    first: GroupDescription,
-    *,
-    provenance: dict[str, Any] | None,
-    described_policy: dict[str, Any],
+    first: GroupDescription, *, described_policy: dict[str, Any]
 ) -> RunIdentity:
     """The identity of a collection about to start, from its first group's description
-    (env name and config as ``collect`` resolved them) and what ``collect`` is given."""
-    tokenizer = tokenizer_key_from((provenance or {}).get("tokenizer"))
-    if tokenizer is None:
-        tokenizer = tokenizer_key(first.tokenizer)
+    and the policy's self-description."""
     config = dict(first.config)
     return RunIdentity(
         env=first.env_name,
         config_sha256=config_sha256(config) if config else None,
         split=first.split if isinstance(first.split, str) else None,
-        tokenizer=tokenizer,
+        tokenizer=tokenizer_key(first.tokenizer),
         policy=policy_key(described_policy),
         group_size=first.group_size if isinstance(first.group_size, int) else None,
     )

@@ -151,9 +151,10 @@ def read_store(
             elif parsed is not None:
                 contents.records.append(parsed)
     if require_records and contents.problems and not contents.records:
+        # Not a store whose last line was torn: no line of it is a record at all.
         raise StoreError(
-            f"{path}: not a trajectory store (no line is a JSON record; first: "
-            f"{contents.problems[0]})"
+            f"{path}: not a trajectory store: none of its {len(contents.problems)} lines "
+            f"is a JSON record (line {contents.problems[0].line} is not JSON)"
         )
     return contents
 

@@ -87,7 +87,15 @@ class GroupCommitter:
                 with _LIVE_LOCK:
                     _LIVE_WRITERS.add(self._writer)
                 self._writer.start()
-        await asyncio.shield(waiting.done)  # a cancelled caller does not unwrite the line
+        try:
+            await asyncio.shield(waiting.done)  # a cancelled caller does not unwrite the line
+        except asyncio.CancelledError:
+            # Nobody will read this line's outcome now: a failed write (a full disk) has
+            # already stopped the run through the caller that saw it first, and asyncio
+            # would print each unread failure again ("Future exception was never
+            # retrieved"), one traceback per group in flight.
+            waiting.done.add_done_callback(_outcome_read)
+            raise
 
     def _write_batches(self) -> None:
         while True:
@@ -132,6 +140,11 @@ class GroupCommitter:
                 )
         finally:
             os.close(fd)  # closing releases the lock
+
+
+def _outcome_read(done: asyncio.Future) -> None:
+    if not done.cancelled():
+        done.exception()  # marks it read
 
 
 def _settle(waiters: list[_Waiting], error: BaseException | None) -> None:

@@ -31,15 +31,18 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from agentenvs.envs.types import EnvGroupBuilder
 from agentenvs.rollout.collect.collector import collect, warn_if_all_skipped
-from agentenvs.rollout.collect.options import check_collect_options
+from agentenvs.rollout.collect.executors import GroupExecutor
+from agentenvs.rollout.collect.options import CollectOptions
 from agentenvs.rollout.collect.plan import plan_collection
+from agentenvs.rollout.collect.provenance import ProvenanceNotes
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.store import TrajectoryStore
+from agentenvs.rollout.collect.store_lock import StoreClaim
 from agentenvs.rollout.policies.base import Policy, PolicyFactory, VersionedPolicy
 
 OnStale = Literal["requeue", "drop"]
@@ -80,62 +83,83 @@ def _declared_version(policy: object) -> Any:
     return policy.weights_version if isinstance(policy, VersionedPolicy) else None
 
 
+@dataclass(frozen=True)
+class Staleness:
+    """How stale a group may be when it is handed over, and what happens to one that is
+    too stale (see the module docstring)."""
+
+    max_staleness: int | None = None
+    """Versions behind current a handed-over group may be (None: any)."""
+    on_stale: OnStale = "requeue"
+    """``requeue`` (collect it again under the current weights) or ``drop``."""
+    max_requeues: int = 2
+    """Requeues of one group before it is dropped."""
+
+    def __post_init__(self) -> None:
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ValueError(f"max_staleness must be 0 or more, got {self.max_staleness}")
+        if self.on_stale not in ("requeue", "drop"):
+            raise ValueError(f"on_stale must be 'requeue' or 'drop', got {self.on_stale!r}")
+
+
 class StreamingCollection:
     """``async for record in StreamingCollection(...)``: ok groups as they finish.
 
-    ``current_version`` says what the trainer's weights are now (default: the
-    policy's ``weights_version``). ``new_run`` is the collector's (append a new run
-    to a store holding another). Other keyword options go to ``collect``
-    (``retries``, ``group_timeout``, ``env_name``, ``env_config``, ``provenance``,
-    ``advantage_estimator``, ``normalize_std``).
+    ``options`` are the collector's (:class:`~.options.CollectOptions`; its progress
+    bar is off here: groups are handed over one by one). ``staleness`` says how
+    stale a handed-over group may be; ``current_version`` what the trainer's weights
+    are now (default: the policy's ``weights_version``). ``executor`` and ``notes``
+    go to ``collect``.
     """
 
     def __init__(
         self,
         builders: Sequence[EnvGroupBuilder],
         policy: Policy | PolicyFactory,
+        options: CollectOptions | None = None,
         *,
-        concurrency: int = 8,
         store: TrajectoryStore | None = None,
         keys: Sequence[str] | None = None,
-        max_staleness: int | None = None,
-        on_stale: OnStale = "requeue",
-        max_requeues: int = 2,
+        staleness: Staleness | None = None,
         current_version: Callable[[], Any] | None = None,
-        **collect_options: Any,
+        executor: GroupExecutor | None = None,
+        notes: ProvenanceNotes | None = None,
     ) -> None:
-        check_collect_options(concurrency=concurrency)
-        if max_staleness is not None and max_staleness < 0:
-            raise ValueError(f"max_staleness must be 0 or more, got {max_staleness}")
-        if on_stale not in ("requeue", "drop"):
-            raise ValueError(f"on_stale must be 'requeue' or 'drop', got {on_stale!r}")
-        if collect_options.get("store") is not None or "keys" in collect_options:
-            raise ValueError("pass store and keys to StreamingCollection itself")
+        options = options or CollectOptions()
+        staleness = staleness or Staleness()
         self.policy = policy
-        self.concurrency = concurrency
+        self.concurrency = options.concurrency
         self.store = store
-        self.max_staleness = max_staleness
-        self.on_stale: OnStale = on_stale
-        self.max_requeues = max_requeues
+        self.max_staleness = staleness.max_staleness
+        self.on_stale: OnStale = staleness.on_stale
+        self.max_requeues = staleness.max_requeues
         self.current_version = current_version or (lambda: _declared_version(policy))
-        new_run = bool(collect_options.pop("new_run", False))
-        self.collect_options = {"progress": False, **collect_options}
+        # Each group runs through collect() without the store (it is stored at hand-over)
+        # and without new_run (decided once, below, for the whole stream).
+        self.options = replace(options, progress=False, new_run=False)
+        self.executor = executor
+        self.notes = notes
+        # Owned from here to the end of the iteration, as collect() owns its store.
+        self._claim = StoreClaim(store.path) if store is not None else None
         # The collector's plan: keys, and its resume rule (this run's ok groups are
         # skipped; a store whose latest run is another one is refused).
-        plan = plan_collection(
-            builders,
-            policy,
-            keys=keys,
-            env_name=self.collect_options.get("env_name", ""),
-            env_config=self.collect_options.get("env_config"),
-            provenance=self.collect_options.get("provenance"),
-            store=store,
-            new_run=new_run,
-        )
+        try:
+            plan = plan_collection(
+                builders, policy, keys=keys, store=store, new_run=options.new_run
+            )
+        except BaseException:
+            self.release()
+            raise
         warn_if_all_skipped(plan.skipped, len(plan.groups), store)
         self._items = [_Item(g.index, g.key, g.builder) for g in plan.groups]
         self.stats = StreamStats(skipped=plan.skipped)
         self.failed: list[GroupRecord] = []
+
+    def release(self) -> None:
+        """Let go of the store (done when the iteration ends; for a stream dropped
+        before it is iterated to the end)."""
+        if self._claim is not None:
+            self._claim.release()
 
     def staleness(self, record: GroupRecord) -> int | None:
         version, current = record_version(record), self.current_version()
@@ -161,7 +185,14 @@ class StreamingCollection:
         return True
 
     async def _run(self, item: _Item) -> GroupRecord:
-        result = await collect([item.builder], self.policy, keys=[item.key], **self.collect_options)
+        result = await collect(
+            [item.builder],
+            self.policy,
+            self.options,
+            keys=[item.key],
+            executor=self.executor,
+            notes=self.notes,
+        )
         record = result.records[0]
         if record.status == "ok":
             record.extra["requeues"] = item.requeues
@@ -216,12 +247,17 @@ class StreamingCollection:
             for task in workers:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
+            self.release()
 
 
 async def collect_streaming(
-    builders: Sequence[EnvGroupBuilder], policy: Policy | PolicyFactory, **options: Any
+    builders: Sequence[EnvGroupBuilder],
+    policy: Policy | PolicyFactory,
+    options: CollectOptions | None = None,
+    **streaming: Any,
 ) -> tuple[list[GroupRecord], StreamStats]:
-    """Drain a :class:`StreamingCollection`: every handed-over group, and the counts."""
-    stream = StreamingCollection(builders, policy, **options)
+    """Drain a :class:`StreamingCollection` (``streaming``: its keyword arguments):
+    every handed-over group, and the counts."""
+    stream = StreamingCollection(builders, policy, options, **streaming)
     records = [record async for record in stream]
     return records, stream.stats

@@ -64,7 +64,7 @@ async def test_search_r1_fork_shares_the_retriever_and_nothing_it_changes(tokeni
 async def test_every_leaf_shares_its_parents_tokens_up_to_the_branch(
     vocabulary, tokenizer, tmp_path
 ):
-    from agentenvs.rollout.collect.collector import collect
+    from agentenvs.rollout.collect.collector import CollectOptions, collect
 
     tok = tokenizer if vocabulary == "builtin" else shared_vocabulary(vocabulary)
     config = make("guess_number", limits={"max_turns": 5})
@@ -74,7 +74,7 @@ async def test_every_leaf_shares_its_parents_tokens_up_to_the_branch(
     )
     store = TrajectoryStore(tmp_path / "trees.jsonl")
     result = await collect(
-        builders, SeededGuesser(tok), store=store, env_name="guess_number", progress=False
+        builders, SeededGuesser(tok), CollectOptions(progress=False), store=store
     )
     assert len(result.ok) == 3
     for record in result.ok:

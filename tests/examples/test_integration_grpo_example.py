@@ -19,7 +19,7 @@ import torch
 from support.paths import EXAMPLES
 
 from agentenvs.envs.registry import make
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import read_records
 from agentenvs.rollout.data.advantages import compute_advantages
 from agentenvs.rollout.data.samples import trajectories_to_samples
@@ -48,7 +48,7 @@ def collected_batch(example, model, tokenizer):
     config = make("guess_number", **MULTI_TURN)
     policy = HFPolicy(model, tokenizer, max_tokens=6, seed=1)
     builders = [config.group_builder(i, 3, tokenizer) for i in range(2)]
-    result = asyncio.run(collect(builders, policy, progress=False))
+    result = asyncio.run(collect(builders, policy, CollectOptions(progress=False)))
     groups = [r.group for r in result.ok]
     samples = trajectories_to_samples(groups, compute_advantages(groups))
     return samples, to_verl_batch(samples, tokenizer.pad_token_id)
@@ -114,7 +114,9 @@ def test_grpo_loss_refuses_rows_without_sampler_logprobs(example, tokenizer):
 
     config = make("guess_number", **MULTI_TURN)
     builders = [config.group_builder(0, 2, tokenizer)]
-    result = asyncio.run(collect(builders, ScriptedPolicy("oracle"), progress=False))
+    result = asyncio.run(
+        collect(builders, ScriptedPolicy("oracle"), CollectOptions(progress=False))
+    )
     groups = [r.group for r in result.ok]
     samples = trajectories_to_samples(groups, [[1.0, 1.0]])
     batch = to_verl_batch(samples, tokenizer.pad_token_id)

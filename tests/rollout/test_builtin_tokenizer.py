@@ -188,20 +188,19 @@ def test_loading_it_imports_no_transformers_and_trains_nothing(tmp_path) -> None
 
 def test_a_rollout_stores_the_same_tokens_with_either_class(light, tokenizer, tmp_path) -> None:
     """The environments render and tokenize identically through the light class."""
-    from agentenvs.rollout.cli.rollout_run import run_rollout
+    from agentenvs.rollout import CollectOptions, DatasetSpec, EnvSpec, RunSpec, StoreSpec, run
 
     stores = {}
     for name, tok in (("light", light), ("transformers", tokenizer)):
         stores[name] = tmp_path / f"{name}.jsonl"
-        run_rollout(
-            "search_r1",
-            groups=2,
-            group_size=2,
-            out_path=stores[name],
-            progress=False,
-            tokenizer=tok,
-            tokenizer_spec="builtin",
+        spec = RunSpec(
+            EnvSpec("search_r1"),
+            DatasetSpec(groups=2, group_size=2),
+            tokenizer="builtin",
+            limits=CollectOptions(progress=False),
+            store=StoreSpec(stores[name]),
         )
+        run(spec, tokenizer=tok)
 
     def trajectories(path: Path) -> list:
         lines = [json.loads(line) for line in path.read_text().splitlines()]

@@ -19,7 +19,6 @@ and ``agentenvs check`` passes on the stored run.
 from __future__ import annotations
 
 import asyncio
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,12 +27,10 @@ from support.rollout_tiny_model import teacher_forced_logprobs
 from support.vocab import shared_vocabulary
 
 from agentenvs.envs import make
-from agentenvs.envs.tokenizer_fingerprint import tokenizer_fingerprint
 from agentenvs.envs.tool_calls import ToolCallLog
 from agentenvs.envs.types import TokensWithLogprobs
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.rollouts import current_group_key, current_slot
-from agentenvs.rollout.data.provenance import PolicyIdentity, build_provenance
 from agentenvs.rollout.data.samples import trajectories_to_samples
 from agentenvs.rollout.inspect.check import Check, check_records
 from agentenvs.rollout.policies import make_policy
@@ -102,21 +99,11 @@ def _run(tok: Any, env: str, overrides: dict[str, Any], policy: Any) -> list[Any
     config = make(env, **overrides)
     dataset = config.dataset(tok, group_size=2, n_groups=1)
     builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
-    provenance = build_provenance(
-        tokenizer=None, env_name=env, env_config=config, policy=PolicyIdentity(kind="test")
-    )
-    provenance["tokenizer"] = _fingerprint(tok.name_or_path)  # hashing 150k ids takes a second
     result = asyncio.run(
-        collect(builders, policy, concurrency=1, retries=0, env_name=env,
-                provenance=provenance, progress=False)
-    )  # fmt: skip
+        collect(builders, policy, CollectOptions(concurrency=1, retries=0, progress=False))
+    )
     assert not result.failed, [r.error for r in result.failed]
     return result.ok
-
-
-@functools.cache
-def _fingerprint(name: str) -> dict[str, Any]:
-    return tokenizer_fingerprint(shared_vocabulary(name.removeprefix("real-vocab/")))
 
 
 def _expected_samples(calls: list[Call]) -> list[tuple[list[int], list[int], list[float]]]:

@@ -158,7 +158,7 @@ def drive(address: str, store_path: str, groups: int) -> None:
     import json
     import sys
 
-    from agentenvs.rollout.collect.collector import collect
+    from agentenvs.rollout.collect.collector import CollectOptions, collect
     from agentenvs.rollout.collect.executors.ray_executor import RayExecutor
     from agentenvs.rollout.collect.store import TrajectoryStore
     from agentenvs.rollout.tokenizer import train_chatml_tokenizer
@@ -171,10 +171,7 @@ def drive(address: str, store_path: str, groups: int) -> None:
 
     async def go() -> Any:
         async with RayExecutor() as executor:
-            return await collect(
-                builders, EchoPolicy(delay=0.1), concurrency=2, progress=False,
-                store=TrajectoryStore(store_path), executor=executor,
-            )  # fmt: skip
+            return await collect(builders, EchoPolicy(delay=0.1), CollectOptions(concurrency=2, progress=False), store=TrajectoryStore(store_path), executor=executor)  # fmt: skip
 
     result = asyncio.run(go())
     summary = {"skipped": result.skipped, "ok": len(result.ok), "failed": len(result.failed)}

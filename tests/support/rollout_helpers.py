@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentenvs.envs.errors import TransientError
 from agentenvs.envs.types import (
@@ -81,6 +82,8 @@ class RecordingBuilder(EnvGroupBuilder):
     made: list[list[Env]] = field(default_factory=list)
     active: int = 0
     tracker: InFlight | None = None
+    env_name: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
 
     async def make_envs(self) -> Sequence[Env]:
         self.attempts += 1
@@ -98,7 +101,12 @@ class RecordingBuilder(EnvGroupBuilder):
         return ["recording"]
 
     def describe(self) -> GroupDescription:
-        return GroupDescription(task_id=self.task_id, group_size=self.group_size)
+        return GroupDescription(
+            task_id=self.task_id,
+            env_name=self.env_name,
+            config=self.config,
+            group_size=self.group_size,
+        )
 
     async def cleanup(self) -> None:
         self.cleanups += 1

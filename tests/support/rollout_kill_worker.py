@@ -9,7 +9,7 @@ import asyncio
 import sys
 
 from agentenvs.envs.guess_number import GuessNumberConfig
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import make_policy
 from agentenvs.rollout.tokenizer import train_chatml_tokenizer
@@ -53,10 +53,8 @@ def main() -> None:
         collect(
             builders(groups),
             SlowScripted(delay),
-            concurrency=2,
+            CollectOptions(concurrency=2, progress=False),
             store=TrajectoryStore(out),
-            env_name="guess_number",
-            progress=False,
         )
     )
 

@@ -23,6 +23,7 @@ ENV_SERVERS = "starts real env servers (uvicorn, `agentenvs serve`) and collects
 MCP_SERVERS = "starts real MCP servers (stdio processes, streamable HTTP) and calls their tools"
 HARNESSES = "runs the real agent harness CLIs (or their bubblewrap jail) through the gateway"
 GATEWAY = "serves the gateway over HTTP to the official SDKs on the real Qwen3 vocabulary"
+EVERY_ENV = "runs every registered environment (sandbox workers, an MCP server, ALFWorld games)"
 
 SLOW: dict[str, str] = {
     "tests/envs/openenv/test_openenv_server.py": ENV_SERVERS,
@@ -107,6 +108,11 @@ SLOW: dict[str, str] = {
     "tests/envs/test_fork_text_envs.py::test_every_leaf_shares_its_parents_tokens_up_to_the_branch": COLLECTION,
     "tests/rollout/collect/test_collector.py::test_killed_run_loses_nothing_and_the_rerun_resumes": COLLECTION,
     "tests/rollout/collect/test_fork_cleanup.py": COLLECTION,
+    "tests/rollout/collect/test_event_loop.py::test_every_env_cancelled_mid_episode_ends_its_run": EVERY_ENV,
+    "tests/rollout/collect/test_event_loop.py::test_retool_without_its_extra_ends_its_run": SANDBOX,
+    "tests/rollout/cli/test_cli_exit.py": SUBPROCESS_CLI,
+    "tests/rollout/cli/test_cli_store.py::test_a_full_disk_is_one_line": SUBPROCESS_CLI,
+    "tests/rollout/cli/test_cli_provenance.py::test_a_python_store_on_another_vocabulary_is_viewed_and_checked_as_the_cli_s": COLLECTION,
     "tests/rollout/data/test_samples_properties.py::test_jsonl_round_trips_exactly": COLLECTION,
     "tests/rollout/data/test_samples_properties.py::test_samples_follow_group_and_trajectory_order": COLLECTION,
     "tests/rollout/data/test_samples_properties.py::test_verl_batch_round_trips": COLLECTION,

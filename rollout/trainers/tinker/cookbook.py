@@ -67,6 +67,7 @@ from agentenvs.envs.types import (
     TrajectoryGroup,
     Transition,
 )
+from agentenvs.rollout.collect.options import CollectOptions
 from agentenvs.rollout.collect.rollouts import RolloutSlot, current_group_key, current_slot
 from agentenvs.rollout.collect.turns import check_policy_output
 from agentenvs.rollout.policies.base import (
@@ -473,6 +474,10 @@ class FromCookbookGroupBuilder(EnvGroupBuilder):
     builder: cookbook.EnvGroupBuilder
     name: str = ""
     """The task id the collector stores (default: the builder's class name)."""
+    env_name: str = "cookbook"
+    """The env name the records carry (cookbook builders name none themselves)."""
+    tokenizer: Any = None
+    """The tokenizer the cookbook envs render with, when known (fingerprinted)."""
 
     async def make_envs(self) -> Sequence[Env]:
         return [FromCookbookEnv(env) for env in await self.builder.make_envs()]
@@ -498,51 +503,46 @@ class FromCookbookGroupBuilder(EnvGroupBuilder):
         return self.name or type(self.builder).__name__
 
     def describe(self) -> GroupDescription:
-        return GroupDescription(task_id=self.task_id)
+        return GroupDescription(
+            task_id=self.task_id, env_name=self.env_name, tokenizer=self.tokenizer
+        )
 
 
 async def collect_from_cookbook(
     builders: Sequence[cookbook.EnvGroupBuilder],
     policy: Policy | PolicyFactory,
+    options: CollectOptions | None = None,
     *,
     out: str | Path | None = None,
     tokenizer: Any = None,
     tokenizer_spec: str | None = None,
     env_name: str = "cookbook",
     names: Sequence[str] | None = None,
-    **collect_options: Any,
 ):
     """Run cookbook groups with this project's collector; optionally store them.
 
     ``out`` is a trajectory JSONL file (resumable, as ``agentenvs rollout`` writes
-    it). ``tokenizer``/``tokenizer_spec`` go into the provenance so that
-    ``agentenvs view OUT`` decodes with the right tokenizer (``spec`` is a local
-    directory, a Hub id or ``builtin``). Other keywords go to :func:`collect`.
+    it). ``tokenizer`` (fingerprinted) and ``tokenizer_spec`` (how to load it again:
+    a local directory, a Hub id or ``builtin``; default: its own name) go into the
+    provenance so that ``agentenvs view OUT`` decodes with the right tokenizer.
+    ``options`` are :func:`collect`'s.
     """
-    from agentenvs.envs.tokenizer_fingerprint import tokenizer_fingerprint
-    from agentenvs.rollout.collect.collector import collect
+    from agentenvs.rollout.collect.collector import ProvenanceNotes, collect
     from agentenvs.rollout.collect.store import TrajectoryStore
 
     if names is not None and len(names) != len(builders):
         raise ValueError(f"{len(names)} names for {len(builders)} builders")
     wrapped = [
-        FromCookbookGroupBuilder(b, names[i] if names else f"{type(b).__name__}/{i}")
+        FromCookbookGroupBuilder(
+            b, names[i] if names else f"{type(b).__name__}/{i}", env_name, tokenizer
+        )
         for i, b in enumerate(builders)
     ]
-    provenance: dict[str, Any] = {"source": "tinker_cookbook"}
-    if tokenizer is not None:
-        provenance["tokenizer"] = {
-            **tokenizer_fingerprint(tokenizer),
-            "spec": tokenizer_spec or getattr(tokenizer, "name_or_path", None),
-        }
-    elif tokenizer_spec:
-        provenance["tokenizer"] = {"spec": tokenizer_spec}
+    notes = ProvenanceNotes(tokenizer_spec=tokenizer_spec, sections={"source": "tinker_cookbook"})
     return await collect(
         wrapped,
         policy,
+        options,
         store=TrajectoryStore(out) if out is not None else None,
-        env_name=env_name,
-        env_config={},
-        provenance=provenance,
-        **collect_options,
+        notes=notes,
     )

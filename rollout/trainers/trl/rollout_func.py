@@ -34,12 +34,14 @@ each episode ended (``env_stop_reason``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.renderers import Tokenizer
 from agentenvs.envs.types import Trajectory
+from agentenvs.rollout.collect.options import CollectOptions
 from agentenvs.rollout.policies.base import Policy, PolicyFactory
 from agentenvs.rollout.trainers.common import one_sample, run_sync, warn_no_logprobs
 from agentenvs.rollout.weights.drift import DriftAlarm, DriftLog, measure_drift, rows_from_records
@@ -48,8 +50,16 @@ from agentenvs.rollout.weights.stamps import SampledBy
 
 if TYPE_CHECKING:
     import datasets
+    from trl import GRPOConfig
 
 TASK_PREFIX = "agentenvs"
+
+
+class TrainerTokenizer(Tokenizer, Protocol):
+    """The trainer's ``processing_class``: a tokenizer the envs render with, whose
+    padding id fills an empty completion."""
+
+    pad_token_id: int | None
 
 
 def task_key(split: str, index: int) -> str:
@@ -101,13 +111,13 @@ class TrainerModelPolicy:
         from agentenvs.rollout.policies.hf import HFPolicy
 
         model = trainer.accelerator.unwrap_model(trainer.model)
-        args = trainer.args
+        args: GRPOConfig = trainer.args
         self.model = model
         self.policy = HFPolicy(
             model,
             tokenizer,
-            temperature=float(getattr(args, "temperature", 1.0)),
-            top_p=float(getattr(args, "top_p", 1.0)),
+            temperature=float(args.temperature),
+            top_p=float(args.top_p),
             max_tokens=max_tokens,
             seed=seed,
             device=str(trainer.accelerator.device),
@@ -123,13 +133,11 @@ class TrainerModelPolicy:
 
 def make_rollout_func(
     config: EnvConfig,
-    tokenizer: Tokenizer,
+    tokenizer: TrainerTokenizer,
     *,
-    policy: Policy | PolicyFactory | Callable[[Any], Policy | PolicyFactory] | None = None,
+    policy: Policy | PolicyFactory | TrainerPolicyFactory | None = None,
     max_tokens: int = 256,
-    concurrency: int = 8,
-    retries: int = 1,
-    group_timeout: float | None = None,
+    options: CollectOptions | None = None,
     seed: int | None = 0,
     store: str | Path | None = None,
     drift: str | Path | None = None,
@@ -139,12 +147,15 @@ def make_rollout_func(
 
     ``tokenizer`` must be the trainer's ``processing_class`` (the environment
     renders with it). ``policy`` is ``None`` (sample with the trainer's model),
-    an agentenvs policy, or a function of the trainer returning one (called each
-    generation batch, e.g. to point at a vLLM server with fresh weights).
+    an agentenvs policy, or a function of the trainer returning one, marked with
+    :func:`trainer_policy_factory` (called each generation batch, e.g. to point at
+    a vLLM server with fresh weights).
     ``max_tokens`` caps one action (the environment's own cap applies too).
+    ``options`` are the collector's (concurrency, retries, group timeout; its
+    progress bar is off).
     ``store`` appends every group to a trajectory file that ``agentenvs view`` reads.
 
-    A group that still fails after ``retries`` stops training with its error:
+    A group that still fails after its retries stops training with its error:
     TRL needs a completion for every prompt.
 
     ``drift`` (a JSONL path) turns on the drift alarm: every batch is scored by the
@@ -157,7 +168,9 @@ def make_rollout_func(
     """
     from agentenvs.rollout.collect.collector import collect
     from agentenvs.rollout.collect.store import TrajectoryStore
+    from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 
+    options = replace(options or CollectOptions(), progress=False)
     trajectory_store = TrajectoryStore(store) if store is not None else None
     drift_log = DriftLog(drift) if drift is not None else None
     calls = 0
@@ -180,21 +193,9 @@ def make_rollout_func(
                 # A server policy learns its model's name on its first request; ask
                 # first, so the store's run identity names it from the first batch
                 # on (else the second batch looks like another run and is refused).
-                discover = getattr(sampler, "model_name", None)
-                if callable(discover):
-                    await discover()
-                return await collect(
-                    builders,
-                    sampler,
-                    concurrency=concurrency,
-                    retries=retries,
-                    group_timeout=group_timeout,
-                    store=trajectory_store,
-                    keys=keys,
-                    env_name=config.env_name,
-                    env_config=config.model_dump(mode="json"),
-                    progress=False,
-                )
+                if isinstance(sampler, OpenAICompatPolicy):
+                    await sampler.model_name()
+                return await collect(builders, sampler, options, store=trajectory_store, keys=keys)
 
             result = run_sync(run())
         finally:
@@ -243,10 +244,12 @@ def _consecutive_runs(
 
 
 def _group_size(trainer: Any) -> int | None:
-    """The trainer's ``num_generations`` for the current mode (TRL has one for eval)."""
+    """The ``num_generations`` of the trainer's config for the current mode
+    (``GRPOConfig.num_generations_eval`` in eval, when set)."""
     model = trainer.accelerator.unwrap_model(trainer.model)
-    size = None if model.training else getattr(trainer, "num_generations_eval", None)
-    size = size or getattr(trainer, "num_generations", None)
+    args: GRPOConfig = trainer.args
+    size = None if model.training else args.num_generations_eval
+    size = size or args.num_generations
     return int(size) if isinstance(size, int) and size > 0 else None
 
 
@@ -255,19 +258,27 @@ def _resolve_policy(policy, trainer, tokenizer, max_tokens, seed, step):
         return TrainerModelPolicy(
             trainer, tokenizer, max_tokens=max_tokens, seed=None if seed is None else seed + step
         )
-    if callable(policy) and getattr(policy, "__agentenvs_trainer_factory__", False):
-        return policy(trainer)
+    if isinstance(policy, TrainerPolicyFactory):
+        return policy.make(trainer)
     return policy
 
 
-def trainer_policy_factory(func: Callable[[Any], Policy | PolicyFactory]):
-    """Mark ``func(trainer) -> policy`` as a factory for :func:`make_rollout_func`
-    (plain policies are callables too, so factories are marked explicitly)."""
-    func.__agentenvs_trainer_factory__ = True  # type: ignore[attr-defined]
-    return func
+@dataclass(frozen=True)
+class TrainerPolicyFactory:
+    """``make(trainer) -> policy``, called each generation batch (plain policies are
+    callables too, so a factory is told apart by this type)."""
+
+    make: Callable[[Any], Policy | PolicyFactory]
 
 
-def _as_trl_batch(groups: list, tokenizer: Tokenizer, *, weights_version: int) -> dict[str, list]:
+def trainer_policy_factory(func: Callable[[Any], Policy | PolicyFactory]) -> TrainerPolicyFactory:
+    """Mark ``func(trainer) -> policy`` as a factory for :func:`make_rollout_func`."""
+    return TrainerPolicyFactory(func)
+
+
+def _as_trl_batch(
+    groups: list, tokenizer: TrainerTokenizer, *, weights_version: int
+) -> dict[str, list]:
     """Trajectories as TRL's rollout output, one entry per trajectory in prompt order."""
     batch: dict[str, list] = {
         key: []
@@ -284,7 +295,7 @@ def _as_trl_batch(groups: list, tokenizer: Tokenizer, *, weights_version: int) -
             "weights",
         )
     }
-    pad = getattr(tokenizer, "pad_token_id", None)
+    pad = tokenizer.pad_token_id
     bare = 0
     for group in groups:
         for traj, reward in zip(group.trajectories, group.total_rewards(), strict=True):

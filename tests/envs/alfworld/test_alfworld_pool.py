@@ -189,19 +189,23 @@ class KillWorkerPolicy:
 
 
 async def test_collector_retries_a_crashed_group_on_a_fresh_worker(tokenizer):
-    from agentenvs.rollout.collect.collector import collect
+    from agentenvs.rollout.collect.collector import CollectOptions, collect
 
     cfg = make("alfworld", data="shipped", workers=1, engines_per_worker=2)
     try:
         builder = cfg.group_builder(game_index(cfg, SMALL), 2, tokenizer)
         policy = KillWorkerPolicy(kills=1)
-        result = await asyncio.wait_for(collect([builder], policy, retries=1, progress=False), 120)
+        result = await asyncio.wait_for(
+            collect([builder], policy, CollectOptions(retries=1, progress=False)), 120
+        )
         (record,) = result.records
         assert record.status == "ok" and record.attempts == 2
         assert record.group.total_rewards() == [1.0, 1.0]
 
         policy = KillWorkerPolicy(kills=5)
-        result = await asyncio.wait_for(collect([builder], policy, retries=1, progress=False), 120)
+        result = await asyncio.wait_for(
+            collect([builder], policy, CollectOptions(retries=1, progress=False)), 120
+        )
         (record,) = result.records
         assert record.status == "failed" and record.attempts == 2
         assert record.error.count("WorkerCrashed") == 2 and "SIGKILL" in record.error

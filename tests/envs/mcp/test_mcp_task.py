@@ -14,7 +14,7 @@ from agentenvs.envs.mcp.task import MCPToolsConfig
 from agentenvs.envs.openenv.running import serve_app
 from agentenvs.envs.registry import make
 from agentenvs.envs.tool_calls.record import ToolCallLog
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.data.samples import trajectory_to_samples
 from agentenvs.rollout.inspect.check import check_file
@@ -67,7 +67,10 @@ async def test_tool_episodes_under_the_collector_mask_every_tool_result(
     config = config_for(http_url, tasks)
     store = TrajectoryStore(tmp_path / "mcp.jsonl")
     result = await collect(
-        [config.group_builder(0, 2, tokenizer)], ScriptedPolicy(), store=store, progress=False
+        [config.group_builder(0, 2, tokenizer)],
+        ScriptedPolicy(),
+        CollectOptions(progress=False),
+        store=store,
     )
     assert len(result.ok) == 1, [r.error for r in result.failed]
     trajectory = result.ok[0].group.trajectories[0]

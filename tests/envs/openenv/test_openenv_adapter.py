@@ -22,7 +22,7 @@ from support.tree_helpers import SeededGuesser
 from agentenvs.envs.openenv.server import serve_openenv
 from agentenvs.envs.registry import make
 from agentenvs.envs.types import TokensWithLogprobs
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.data.samples import trajectory_to_samples
 from agentenvs.rollout.inspect.check import check_file
@@ -91,7 +91,9 @@ async def test_openenv_echo_env_runs_under_our_collector(echo_url, tokenizer, tm
     store = TrajectoryStore(tmp_path / "echo.jsonl")
     # Group size 2 against a server of one session: the second episode waits its turn.
     builders = [config.group_builder(i, 2, tokenizer) for i in range(2)]
-    result = await collect(builders, SayPolicy(tokenizer), store=store, progress=False)
+    result = await collect(
+        builders, SayPolicy(tokenizer), CollectOptions(progress=False), store=store
+    )
     assert len(result.ok) == 2, [r.error for r in result.failed]
     trajectory = result.ok[0].group.trajectories[0]
     assert trajectory.stop_reason == "max_turns"
@@ -130,12 +132,14 @@ async def test_round_trip_gives_the_tokens_of_the_run_in_process(tokenizer, tmp_
         store = TrajectoryStore(tmp_path / "remote.jsonl")
         # Task i of the adapter resets with seed i, which the server maps to task i.
         builders = [remote.group_builder(i, 2, tokenizer) for i in range(3)]
-        got = await collect(builders, SeededGuesser(tokenizer), store=store, progress=False)
+        got = await collect(
+            builders, SeededGuesser(tokenizer), CollectOptions(progress=False), store=store
+        )
     local = make("guess_number", limits={"max_turns": 6})
     want = await collect(
         [local.group_builder(i, 2, tokenizer) for i in range(3)],
         SeededGuesser(tokenizer),
-        progress=False,
+        CollectOptions(progress=False),
     )
     assert len(got.ok) == len(want.ok) == 3
     for mine, theirs in zip(got.ok, want.ok, strict=True):
@@ -151,7 +155,9 @@ async def test_round_trip_gives_the_tokens_of_the_run_in_process(tokenizer, tmp_
 async def test_an_unreachable_server_fails_its_groups_with_the_reason(tokenizer):
     config = make("openenv", url=f"http://127.0.0.1:{free_port()}", action_field="message")
     result = await collect(
-        [config.group_builder(0, 1, tokenizer)], SayPolicy(tokenizer), retries=0, progress=False
+        [config.group_builder(0, 1, tokenizer)],
+        SayPolicy(tokenizer),
+        CollectOptions(retries=0, progress=False),
     )
     assert not result.ok
     assert "OpenEnvUnavailable" in result.failed[0].error

@@ -20,7 +20,7 @@ from agentenvs.envs.serving.app import ServedEnvs, create_app
 from agentenvs.envs.text import TextEnv, TextStep
 from agentenvs.envs.types import TransientError
 from agentenvs.rollout.cli import app as cli
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.collect.streaming import collect_streaming
 from agentenvs.rollout.collect.tree import BranchSchedule, as_trees
@@ -100,7 +100,12 @@ def lines(path) -> dict[str, dict]:
 def _collect(builders, path, **options):
     store = TrajectoryStore(path)
     result = asyncio.run(
-        collect(builders, make_policy("scripted"), store=store, progress=False, **options)
+        collect(
+            builders,
+            make_policy("scripted"),
+            CollectOptions(progress=False, **options),
+            store=store,
+        )
     )
     return result, store
 
@@ -147,7 +152,7 @@ def test_streaming_collection_runs_remote_envs(builtin, servers):
     dataset = RemoteDataset.open(servers, "guess_number", group_size=2, n_groups=3,
                                  tokenizer=builtin)  # fmt: skip
     records, _ = asyncio.run(
-        collect_streaming(dataset.builders, make_policy("scripted"), concurrency=2)
+        collect_streaming(dataset.builders, make_policy("scripted"), CollectOptions(concurrency=2))
     )
     assert sorted(r.status for r in records) == ["ok"] * 3
 

@@ -14,7 +14,7 @@ from support.env_servers import ProcessServer
 
 from agentenvs.envs.registry import make
 from agentenvs.envs.remote import RemoteDataset
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.inspect.check import check_file
 from agentenvs.rollout.policies import make_policy
@@ -27,7 +27,12 @@ GROUPS, GROUP_SIZE = 40, 2
 
 def _run(builders, store):
     return asyncio.run(
-        collect(builders, make_policy("scripted"), store=store, concurrency=2, progress=False)
+        collect(
+            builders,
+            make_policy("scripted"),
+            CollectOptions(concurrency=2, progress=False),
+            store=store,
+        )
     )
 
 

@@ -11,7 +11,6 @@ wiring (``judge=...``) is checked without a server.
 from __future__ import annotations
 
 import asyncio
-from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import ClassVar
 
@@ -19,9 +18,9 @@ import pytest
 from support.judge_proxy import JudgeProxy
 from support.vllm_server import SERVED_NAME, vllm_server  # noqa: F401 (the fixture)
 
-from agentenvs.envs import make, registry
+from agentenvs.envs import catalogue, make, registry
 from agentenvs.envs.guess_number import GuessNumberConfig
-from agentenvs.envs.registry import ENTRY_POINT_GROUP
+from agentenvs.envs.references import Registry
 from agentenvs.envs.rewards.identity import RewardIdentity, recorded_components
 from agentenvs.envs.rewards.judge import JudgeInput, judge_identity
 from agentenvs.envs.rewards.judge_cache import clear_memory_cache
@@ -29,7 +28,7 @@ from agentenvs.envs.rewards.judge_settings import JudgeSettings
 from agentenvs.envs.rewards.judged_env import JudgedTextEnv, judged, unwrap
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.types import Trajectory
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore, read_records
 from agentenvs.rollout.inspect.check import Check, check_records
 from agentenvs.rollout.policies.scripted import ScriptedPolicy
@@ -58,9 +57,10 @@ class JudgedGuess(GuessNumberConfig):
 @pytest.fixture(autouse=True)
 def _registered(monkeypatch):
     """JudgedGuess as a plugin registers it (an ``agentenvs.envs`` entry point)."""
-    point = EntryPoint("judged_guess", f"{__name__}:JudgedGuess", ENTRY_POINT_GROUP)
-    known = registry._entry_points()
-    monkeypatch.setattr(registry, "_entry_points", lambda: {**known, "judged_guess": point})
+    table = {**registry.ENVIRONMENTS.references(), "judged_guess": f"{__name__}:JudgedGuess"}
+    widened = Registry("environment", table, unknown=registry.UnknownEnvError)
+    monkeypatch.setattr(registry, "ENVIRONMENTS", widened)
+    monkeypatch.setattr(catalogue, "ENVIRONMENTS", widened)  # where it is defined
 
 
 def _collect(path: Path, settings: JudgeSettings) -> list:
@@ -69,10 +69,7 @@ def _collect(path: Path, settings: JudgeSettings) -> list:
     dataset = config.dataset(tokenizer, group_size=2)
     builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
     asyncio.run(
-        collect(
-            builders, ScriptedPolicy(), store=TrajectoryStore(path), env_name="judged_guess",
-            progress=False,
-        )
+        collect(builders, ScriptedPolicy(), CollectOptions(progress=False), store=TrajectoryStore(path))
     )  # fmt: skip
     return read_records(path)
 
@@ -141,10 +138,7 @@ def test_an_episode_ended_by_a_limit_is_not_judged(tmp_path):
     builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
     path = tmp_path / "limited.jsonl"
     asyncio.run(
-        collect(
-            builders, ScriptedPolicy(), store=TrajectoryStore(path), env_name="judged_guess",
-            progress=False,
-        )
+        collect(builders, ScriptedPolicy(), CollectOptions(progress=False), store=TrajectoryStore(path))
     )  # fmt: skip
     finals = [t.transitions[-1] for r in read_records(path) for t in r.group.trajectories]
     limited = [f for f in finals if f.metrics.get("stop/max_turns")]

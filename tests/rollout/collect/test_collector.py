@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -20,9 +21,13 @@ from support.rollout_helpers import (
     RecordingBuilder,
 )
 
-from agentenvs.rollout.collect.collector import collect, summarize
+from agentenvs.envs.config import dumped_config_hash
+from agentenvs.envs.data_hashes import data_digests
+from agentenvs.envs.guess_number import GuessNumberConfig
+from agentenvs.rollout.collect.collector import CollectOptions, ProvenanceNotes, collect, summarize
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import make_policy
+from agentenvs.rollout.tokenizer import train_chatml_tokenizer
 
 
 def _builders(n: int, **kwargs) -> list[RecordingBuilder]:
@@ -35,7 +40,9 @@ async def test_concurrency_bound_is_respected_and_reached(concurrency):
     calls = InFlight()
     builders = _builders(8, group_size=2, tracker=groups)
     result = await collect(
-        builders, EchoPolicy(delay=0.01, tracker=calls), concurrency=concurrency, progress=False
+        builders,
+        EchoPolicy(delay=0.01, tracker=calls),
+        CollectOptions(concurrency=concurrency, progress=False),
     )
     assert len(result.ok) == 8 and result.failed == []
     assert groups.peak == concurrency  # never more groups in flight, and the bound is used
@@ -44,22 +51,65 @@ async def test_concurrency_bound_is_respected_and_reached(concurrency):
 
 
 async def test_records_carry_keys_env_and_provenance():
-    builders = _builders(3)
-    result = await collect(
-        builders,
-        EchoPolicy(),
-        env_name="countdown",
-        env_config={"turns": 2},
-        provenance={"weights": "v7"},
-        progress=False,
-    )
+    """What a record says of its group and its provenance come from the builder's
+    description, the policy's and the notes' (a run spec's) only."""
+    builders = _builders(3, env_name="countdown", config={"turns": 2})
+    notes = ProvenanceNotes(sections={"weights": "v7"})
+    result = await collect(builders, EchoPolicy(), CollectOptions(progress=False), notes=notes)
     by_key = {r.key: r for r in result.records}
     assert set(by_key) == {"0:task0", "1:task1", "2:task2"}
     record = by_key["1:task1"]
     assert record.env == "countdown" and record.task_id == "task1"
     assert record.env_config == {"turns": 2}
-    assert record.provenance == {"policy": {"policy": "EchoPolicy"}, "weights": "v7"}
+    assert record.provenance == {
+        "policy": {
+            "kind": "EchoPolicy", "model": None, "url": None, "weights_version": None,
+            "options": {},
+        },
+        "env": {
+            "name": "countdown", "version": None, "config_sha256": dumped_config_hash({"turns": 2}),
+            "config": {"turns": 2}, "renderer": None, "protocol": None, "tool_format": None,
+            "data": {},
+        },
+        "sampling": {"temperature": None, "top_p": None, "max_tokens": None, "seed": None},
+        "weights": "v7",
+    }  # fmt: skip
+    assert "tokenizer" not in record.provenance  # none described: readers will ask for one
     assert record.attempts == 1 and record.status == "ok"
+
+
+class _QuestionsGame(GuessNumberConfig):
+    """guess_number that declares a data file and a tool-call parser, as Search-R1 and
+    Harbor do: what a config declares must reach every record's provenance."""
+
+    questions: str = ""
+
+    def data_sources(self) -> dict[str, str]:
+        return {"questions": self.questions}
+
+    @property
+    def tool_call_format(self) -> str:
+        return "qwen3_coder"
+
+
+async def test_records_carry_the_content_hash_of_the_data_and_the_tool_parser(tmp_path):
+    """From Python too (no CLI): the env section names each data source by the hash of
+    its content (an edited file gets another), never by its path, and the parser."""
+    data = tmp_path / "questions.jsonl"
+    tokenizer = train_chatml_tokenizer()
+    hashes = []
+    for content in (b'{"q": 1}\n', b'{"q": 2}\n'):
+        data.write_bytes(content)
+        os.utime(data, ns=(0, len(hashes)))  # a same-size edit is seen by its mtime
+        config = _QuestionsGame(tasks=2, questions=str(data))
+        builders = config.dataset(tokenizer, group_size=1).builders
+        result = await collect(builders, make_policy("scripted"), CollectOptions(progress=False))
+        envs = [r.provenance["env"] for r in result.ok]
+        assert len(envs) == 2 and all(e["tool_format"] == "qwen3_coder" for e in envs)
+        assert envs[0]["data"] == envs[1]["data"] == data_digests({"questions": data})
+        assert str(tmp_path) not in json.dumps(envs[0]["data"])
+        hashes.append(envs[0]["data"]["questions"])
+    assert hashes[0] != hashes[1]
 
 
 async def test_retry_uses_fresh_envs_and_succeeds():
@@ -69,7 +119,7 @@ async def test_retry_uses_fresh_envs_and_succeeds():
             fail_at=2 if attempt == 1 and i == 0 else None, transient=True
         )
     )
-    result = await collect([builder], EchoPolicy(), retries=1, progress=False)
+    result = await collect([builder], EchoPolicy(), CollectOptions(retries=1, progress=False))
     (record,) = result.records
     assert record.status == "ok" and record.attempts == 2
     assert builder.attempts == 2 and builder.cleanups == 2
@@ -86,7 +136,7 @@ async def test_a_group_that_always_fails_is_recorded_failed_and_others_are_kept(
     keys = [f"k{i}" for i in range(5)]
     store = TrajectoryStore(tmp_path / "t.jsonl")
     result = await collect(
-        builders, EchoPolicy(), retries=2, keys=keys, store=store, progress=False
+        builders, EchoPolicy(), CollectOptions(retries=2, progress=False), keys=keys, store=store
     )
     assert len(result.records) == 5  # nothing dropped
     (failed,) = result.failed
@@ -114,7 +164,9 @@ async def test_group_timeout_counts_as_a_failed_attempt_and_cleans_up():
     )
     always = RecordingBuilder(task_id="stuck", env_factory=lambda a, i: CountdownEnv(turns=99))
     result = await collect(
-        [builder, always], FirstAttemptHangs(), retries=1, group_timeout=0.2, progress=False
+        [builder, always],
+        FirstAttemptHangs(),
+        CollectOptions(retries=1, group_timeout=0.2, progress=False),
     )
     by_task = {r.task_id: r for r in result.records}
     assert by_task["t"].status == "ok" and by_task["t"].attempts == 2
@@ -128,12 +180,14 @@ async def test_resume_skips_stored_groups_and_retries_failed_ones(tmp_path):
     store = TrajectoryStore(tmp_path / "t.jsonl")
     flaky = RecordingBuilder(task_id="flaky", env_factory=lambda a, i: CountdownEnv(fail_at=1))
     builders = [*_builders(3), flaky]
-    first = await collect(builders, EchoPolicy(), retries=0, store=store, progress=False)
+    first = await collect(
+        builders, EchoPolicy(), CollectOptions(retries=0, progress=False), store=store
+    )
     assert len(first.ok) == 3 and len(first.failed) == 1
 
     fixed = RecordingBuilder(task_id="flaky")
     fresh = [*_builders(3), fixed]
-    second = await collect(fresh, EchoPolicy(), store=store, progress=False)
+    second = await collect(fresh, EchoPolicy(), CollectOptions(progress=False), store=store)
     assert second.skipped == 3
     assert [r.key for r in second.records] == ["3:flaky"]
     assert all(b.attempts == 0 for b in fresh[:3])  # skipped groups never ran
@@ -142,14 +196,14 @@ async def test_resume_skips_stored_groups_and_retries_failed_ones(tmp_path):
 
 async def test_duplicate_keys_and_bad_settings_are_rejected():
     with pytest.raises(ValueError, match="unique"):
-        await collect(_builders(2), EchoPolicy(), keys=["a", "a"], progress=False)
+        await collect(_builders(2), EchoPolicy(), CollectOptions(progress=False), keys=["a", "a"])
     with pytest.raises(ValueError, match="concurrency"):
-        await collect(_builders(1), EchoPolicy(), concurrency=0, progress=False)
+        await collect(_builders(1), EchoPolicy(), CollectOptions(concurrency=0, progress=False))
 
 
 async def test_progress_off_a_terminal_is_plain_periodic_lines(capsys, monkeypatch):
     monkeypatch.setenv("AGENTENVS_PROGRESS_SECONDS", "0")  # every tenth, however fast
-    result = await collect(_builders(20), EchoPolicy(), progress=True)
+    result = await collect(_builders(20), EchoPolicy(), CollectOptions(progress=True))
     assert len(result.ok) == 20
     captured = capsys.readouterr()
     assert captured.out == "" and "\x1b" not in captured.err  # not a TTY: no bar
@@ -157,9 +211,9 @@ async def test_progress_off_a_terminal_is_plain_periodic_lines(capsys, monkeypat
     assert [line.split(" done")[0] for line in lines] == [f"groups {n}/20" for n in range(2, 21, 2)]
     assert all(", 0 failed, " in line for line in lines)
     monkeypatch.setenv("AGENTENVS_PROGRESS_SECONDS", "3600")  # a run shorter than that
-    await collect(_builders(20), EchoPolicy(), progress=True)
+    await collect(_builders(20), EchoPolicy(), CollectOptions(progress=True))
     assert capsys.readouterr().err == ""  # a training loop's quick steps stay quiet
-    await collect(_builders(2), EchoPolicy(), progress=False)
+    await collect(_builders(2), EchoPolicy(), CollectOptions(progress=False))
     assert capsys.readouterr().err == ""
 
 
@@ -168,7 +222,7 @@ async def test_cancelling_a_collection_cleans_up_running_groups(tmp_path):
     hanging = HangingPolicy()
     store = TrajectoryStore(tmp_path / "t.jsonl")
     task = asyncio.create_task(
-        collect(builders, hanging, concurrency=2, store=store, progress=False)
+        collect(builders, hanging, CollectOptions(concurrency=2, progress=False), store=store)
     )
     while hanging.started < 4:  # two groups of two envs are running
         await asyncio.sleep(0)
@@ -183,7 +237,7 @@ async def test_summary_of_guess_number(tokenizer):
     from agentenvs.envs.guess_number import GuessNumberConfig
 
     builders = list(GuessNumberConfig(tasks=3).dataset(tokenizer, group_size=2).builders)
-    result = await collect(builders, make_policy("scripted"), progress=False)
+    result = await collect(builders, make_policy("scripted"), CollectOptions(progress=False))
     summary = summarize(result.records)
     assert summary["groups"] == 3 and summary["trajectories"] == 6 and summary["failed"] == 0
     assert summary["mean_reward"] == 1.0
@@ -235,9 +289,8 @@ def test_killed_run_loses_nothing_and_the_rerun_resumes(tmp_path):
         collect(
             worker.builders(groups),
             make_policy("scripted"),
+            CollectOptions(progress=False),
             store=store,
-            env_name="guess_number",
-            progress=False,
         )
     )
     assert result.skipped == len(kept)
@@ -254,7 +307,9 @@ def test_killed_run_loses_nothing_and_the_rerun_resumes(tmp_path):
 async def test_a_bug_in_step_is_recorded_once_with_its_traceback_and_not_retried(tmp_path):
     store = TrajectoryStore(tmp_path / "t.jsonl")
     buggy = RecordingBuilder(task_id="buggy", env_factory=lambda a, i: CountdownEnv(fail_at=1))
-    result = await collect([buggy], EchoPolicy(), retries=2, store=store, progress=False)
+    result = await collect(
+        [buggy], EchoPolicy(), CollectOptions(retries=2, progress=False), store=store
+    )
     (failed,) = result.failed
     assert failed.attempts == 1 and buggy.attempts == 1 and buggy.cleanups == 1
     assert "RuntimeError: env broke at turn 1 (raised in CountdownEnv.step; not retried" in (
@@ -279,14 +334,14 @@ async def test_policy_errors_and_transient_env_errors_are_still_retried():
                 raise KeyError("policy bug or outage: not the env's")
             return await super().__call__(observation, stop, max_tokens=max_tokens)
 
-    result = await collect(_builders(1), FailsOnce(), retries=1, progress=False)
+    result = await collect(_builders(1), FailsOnce(), CollectOptions(retries=1, progress=False))
     assert result.records[0].status == "ok" and result.records[0].attempts == 2
     hiccup = RecordingBuilder(
         env_factory=lambda attempt, i: CountdownEnv(
             fail_at=1 if attempt == 1 else None, transient=True
         )
     )
-    result = await collect([hiccup], EchoPolicy(), retries=1, progress=False)
+    result = await collect([hiccup], EchoPolicy(), CollectOptions(retries=1, progress=False))
     assert result.records[0].status == "ok" and result.records[0].attempts == 2
 
 
@@ -301,10 +356,12 @@ async def test_a_loop_step_whose_default_keys_repeat_warns_instead_of_collecting
     dataset = config.dataset(load_tokenizer("builtin"), group_size=2, batch_size=2)
     store = TrajectoryStore(tmp_path / "loop.jsonl")
     policy = make_policy("scripted")
-    first = await collect(dataset.get_batch(0), policy, store=store, progress=False)
+    first = await collect(dataset.get_batch(0), policy, CollectOptions(progress=False), store=store)
     assert len(first.ok) == 2
     with pytest.warns(AllGroupsSkipped, match=r"all 2 groups skipped.*pass keys= unique"):
-        wrapped = await collect(dataset.get_batch(0), policy, store=store, progress=False)
+        wrapped = await collect(
+            dataset.get_batch(0), policy, CollectOptions(progress=False), store=store
+        )
     assert (len(wrapped.records), wrapped.skipped) == (0, 2)
     with pytest.warns(AllGroupsSkipped):
         StreamingCollection(dataset.get_batch(0), policy, store=store)
@@ -312,9 +369,15 @@ async def test_a_loop_step_whose_default_keys_repeat_warns_instead_of_collecting
     keys = [f"step1:{i}" for i in range(2)]
     with warnings.catch_warnings():
         warnings.simplefilter("error", AllGroupsSkipped)
-        again = await collect(dataset.get_batch(0), policy, store=store, keys=keys, progress=False)
+        again = await collect(
+            dataset.get_batch(0), policy, CollectOptions(progress=False), store=store, keys=keys
+        )
         partly = await collect(
-            dataset.get_batch(0), policy, store=store, keys=["step1:0", "step2:1"], progress=False
+            dataset.get_batch(0),
+            policy,
+            CollectOptions(progress=False),
+            store=store,
+            keys=["step1:0", "step2:1"],
         )
     assert len(again.ok) == 2 and (len(partly.ok), partly.skipped) == (1, 1)
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from agentenvs.envs import make
 from agentenvs.rollout.cli import app
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.run_identity import RunMismatchError
 from agentenvs.rollout.collect.store import TrajectoryStore, read_store
 from agentenvs.rollout.policies import make_policy
@@ -83,8 +83,7 @@ def test_the_python_api_refuses_a_cli_run_with_another_config(tmp_path) -> None:
 
     def run(**options):
         return asyncio.run(
-            collect(builders, make_policy("scripted"), concurrency=4, store=store,
-                    env_name="guess_number", progress=False, **options)
+            collect(builders, make_policy("scripted"), CollectOptions(concurrency=4, progress=False, **options), store=store)
         )  # fmt: skip
 
     with pytest.raises(RunMismatchError, match=r"config limits\.max_turns: 10 in the store, 8 now"):
@@ -101,8 +100,7 @@ def test_the_same_run_from_python_resumes_the_cli_run(tmp_path) -> None:
     dataset = config.dataset(load_tokenizer("builtin"), group_size=2, n_groups=6)
     builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
     result = asyncio.run(
-        collect(builders, make_policy("scripted"), store=TrajectoryStore(out),
-                env_name="guess_number", progress=False)
+        collect(builders, make_policy("scripted"), CollectOptions(progress=False), store=TrajectoryStore(out))
     )  # fmt: skip
     assert (result.skipped, len(result.records)) == (4, 2)
 

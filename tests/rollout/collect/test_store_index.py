@@ -20,7 +20,7 @@ import pytest
 
 from agentenvs.envs import make
 from agentenvs.envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.run_identity import (
     ResumeFacts,
@@ -284,8 +284,7 @@ def test_collect_called_step_after_step_into_one_store_resumes_as_before(tmp_pat
         dataset = make("guess_number").dataset(tokenizer, group_size=group_size, n_groups=n_groups)
         builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
         return asyncio.run(
-            collect(builders, make_policy("scripted"), store=store, env_name="guess_number",
-                    progress=False, **options)
+            collect(builders, make_policy("scripted"), CollectOptions(progress=False, **options), store=store)
         )  # fmt: skip
 
     first = step(3)

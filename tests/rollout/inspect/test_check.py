@@ -19,12 +19,11 @@ from support.tree_helpers import SeededGuesser
 from support.vocab import shared_vocabulary
 
 from agentenvs.envs import make
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, ProvenanceNotes, collect
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.collect.tree import BranchSchedule, do_tree_rollout
 from agentenvs.rollout.data.advantages import compute_advantages, estimator_info
-from agentenvs.rollout.data.provenance import PolicyIdentity, build_provenance
 from agentenvs.rollout.data.samples import trajectories_to_samples
 from agentenvs.rollout.data.tree_advantages import tree_estimator_info, tree_samples
 from agentenvs.rollout.inspect.check import CHECKS, Check, check_file
@@ -36,21 +35,15 @@ def _collect(tokenizer, path: Path, *, groups: int = 4, weights_version: int = 3
     config = make("guess_number", tasks=groups)
     dataset = config.dataset(tokenizer, group_size=3)
     builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
-    provenance = build_provenance(
-        tokenizer=tokenizer,
-        env_name="guess_number",
-        env_config=config,
-        policy=PolicyIdentity(kind="scripted", weights_version=weights_version),
-    )
+    policy = MixedPolicy()  # made-up logprobs, rewards that vary in a group
+    policy.weights_version = weights_version  # a VersionedPolicy: in every record's provenance
     asyncio.run(
         collect(
             builders,
-            MixedPolicy(),  # made-up logprobs, rewards that vary in a group
-            concurrency=2,
+            policy,
+            CollectOptions(concurrency=2, progress=False),
             store=TrajectoryStore(path),
-            env_name="guess_number",
-            provenance=provenance,
-            progress=False,
+            notes=ProvenanceNotes(policy_name="scripted"),
         )
     )
 

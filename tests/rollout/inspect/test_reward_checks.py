@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from agentenvs.envs import make
 from agentenvs.rollout.cli import app
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore, read_records
 from agentenvs.rollout.inspect.check import Check, check_records
 from agentenvs.rollout.inspect.reward_checks import compare_reward_identities
@@ -32,10 +32,7 @@ def store(tmp_path_factory) -> Path:
     dataset = make("guess_number", tasks=4).dataset(tokenizer, group_size=2)
     builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
     asyncio.run(
-        collect(
-            builders, ScriptedPolicy(), store=TrajectoryStore(path), env_name="guess_number",
-            progress=False,
-        )
+        collect(builders, ScriptedPolicy(), CollectOptions(progress=False), store=TrajectoryStore(path))
     )  # fmt: skip
     return path
 

@@ -7,7 +7,7 @@ from support.rollout_tiny_model import save_tiny_model, teacher_forced_logprobs
 
 from agentenvs.envs.guess_number import GuessNumberConfig, GuessNumberEnv
 from agentenvs.envs.rendered_env import Limits
-from agentenvs.rollout.collect.collector import collect, summarize
+from agentenvs.rollout.collect.collector import CollectOptions, collect, summarize
 from agentenvs.rollout.collect.rollouts import do_group_rollout
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import make_policy
@@ -93,12 +93,15 @@ async def test_collected_hf_run_is_stored_and_summarised(model_dir, tokenizer, t
         GuessNumberConfig(tasks=2, limits=limits).dataset(tokenizer, group_size=2).builders
     )
     store = TrajectoryStore(tmp_path / "hf.jsonl")
-    result = await collect(builders, policy, store=store, concurrency=2, progress=False)
+    result = await collect(
+        builders, policy, CollectOptions(concurrency=2, progress=False), store=store
+    )
     assert len(result.ok) == 2
     summary = summarize(list(store.read()))
     assert summary["trajectories"] == 4 and summary["tokens_sampled"] > 0
-    described = result.records[0].provenance["policy"]
-    assert described["model"] == str(model_dir) and described["temperature"] == 0.8
+    provenance = result.records[0].provenance
+    assert provenance["policy"]["model"] == str(model_dir)
+    assert provenance["sampling"]["temperature"] == 0.8
 
 
 async def test_greedy_is_deterministic_and_tiny_top_p_is_greedy(model_dir, greedy, tokenizer):
@@ -174,7 +177,9 @@ async def test_cancelled_generation_stops_and_frees_the_model(greedy, tokenizer)
 async def test_group_timeout_with_a_long_generation(model_dir, tokenizer):
     policy = make_policy("hf", model=str(model_dir), temperature=1.0, max_tokens=100_000, seed=0)
     builders = list(GuessNumberConfig(tasks=1).dataset(tokenizer, group_size=1).builders)
-    result = await collect(builders, policy, group_timeout=0.2, retries=0, progress=False)
+    result = await collect(
+        builders, policy, CollectOptions(group_timeout=0.2, retries=0, progress=False)
+    )
     assert "TimeoutError" in result.failed[0].error
     # The cancelled worker thread gave the model back: the next turn runs.
     out = await policy(_prompt(tokenizer), [], max_tokens=3)

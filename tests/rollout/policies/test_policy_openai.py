@@ -22,7 +22,7 @@ from support.rollout_vllm_standin import Behaviour, free_port, make_app, serve
 
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.rendered_env import Limits
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.rollouts import do_group_rollout
 from agentenvs.rollout.collect.store import read_records
 from agentenvs.rollout.policies import make_policy
@@ -222,7 +222,7 @@ async def test_dead_server_fails_groups_with_a_clear_record(tokenizer):
     url = f"http://127.0.0.1:{free_port()}"
     policy = make_policy("openai", url=url, model="m", retries=1, backoff=0.01)
     builders = list(GuessNumberConfig(tasks=2).dataset(tokenizer, group_size=2).builders)
-    result = await collect(builders, policy, retries=1, progress=False)
+    result = await collect(builders, policy, CollectOptions(retries=1, progress=False))
     assert len(result.failed) == 2 and result.ok == []
     for record in result.failed:
         assert record.attempts == 2
@@ -234,7 +234,7 @@ async def test_each_turn_of_a_group_gets_its_own_recorded_seed(server, tokenizer
     policy = make_policy("openai", url=url, model="tiny", tokenizer=tokenizer, seed=5)
     limits = Limits(max_turns=2, max_tokens_per_turn=6, on_truncated_action="pass")
     builders = [GuessNumberConfig(tasks=1, limits=limits).group_builder(0, 3, tokenizer)]
-    first = await collect(builders, policy, keys=["g"], progress=False)
+    first = await collect(builders, policy, CollectOptions(progress=False), keys=["g"])
     sent = [body["seed"] for body in behaviour.bodies]
     logged = [
         tr.logs["policy/seed"] for traj in first.ok[0].group.trajectories for tr in traj.transitions
@@ -242,7 +242,7 @@ async def test_each_turn_of_a_group_gets_its_own_recorded_seed(server, tokenizer
     assert sorted(sent) == sorted(logged) and len(set(sent)) == len(sent)
     behaviour.bodies.clear()
     builders = [GuessNumberConfig(tasks=1, limits=limits).group_builder(0, 3, tokenizer)]
-    await collect(builders, policy, keys=["g"], progress=False)
+    await collect(builders, policy, CollectOptions(progress=False), keys=["g"])
     assert sorted(body["seed"] for body in behaviour.bodies) == sorted(sent)  # reproducible
     await policy.aclose()
 

@@ -6,7 +6,7 @@ import pytest
 from support.rollout_helpers import CountdownEnv, EchoPolicy, RecordingBuilder
 
 from agentenvs.envs.guess_number import GuessNumberConfig
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.rollouts import do_group_rollout
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import check_policy_options, make_policy
@@ -51,7 +51,7 @@ async def test_scripted_variants_and_stop_reasons(tokenizer):
 
 async def _collect_guess_number(tokenizer, policy, store, tasks=3):
     builders = list(GuessNumberConfig(tasks=tasks).dataset(tokenizer, group_size=2).builders)
-    return await collect(builders, policy, store=store, progress=False)
+    return await collect(builders, policy, CollectOptions(progress=False), store=store)
 
 
 async def test_replay_reproduces_a_run_exactly(tokenizer, tmp_path):
@@ -73,9 +73,9 @@ async def test_replay_reproduces_a_run_exactly(tokenizer, tmp_path):
 
 async def test_replay_keeps_logprobs_and_sampler_stop_reasons(tmp_path):
     store = TrajectoryStore(tmp_path / "a.jsonl")
-    await collect([RecordingBuilder()], EchoPolicy(), store=store, progress=False)
+    await collect([RecordingBuilder()], EchoPolicy(), CollectOptions(progress=False), store=store)
     replayed = await collect(
-        [RecordingBuilder()], make_policy("replay", path=store.path), progress=False
+        [RecordingBuilder()], make_policy("replay", path=store.path), CollectOptions(progress=False)
     )
     (record,) = replayed.ok
     for traj in record.group.trajectories:
@@ -89,7 +89,7 @@ async def test_replay_detects_divergence(tokenizer, tmp_path):
     # Same keys, different hidden numbers: the env answers differently after turn 1.
     builders = list(GuessNumberConfig(tasks=3, seed=1).dataset(tokenizer, group_size=2).builders)
     result = await collect(
-        builders, make_policy("replay", path=store.path), retries=0, progress=False
+        builders, make_policy("replay", path=store.path), CollectOptions(retries=0, progress=False)
     )
     errors = [r.error for r in result.failed]
     assert errors, "a different task must not replay cleanly"
@@ -113,22 +113,26 @@ async def test_replay_without_a_collector_matches_by_observation(tokenizer, tmp_
 
 async def test_replay_reports_unknown_keys_and_running_out(tmp_path):
     store = TrajectoryStore(tmp_path / "a.jsonl")
-    await collect([RecordingBuilder()], EchoPolicy(), store=store, progress=False)
+    await collect([RecordingBuilder()], EchoPolicy(), CollectOptions(progress=False), store=store)
     replay = make_policy("replay", path=store.path)
-    result = await collect([RecordingBuilder(task_id="other")], replay, retries=0, progress=False)
+    result = await collect(
+        [RecordingBuilder(task_id="other")], replay, CollectOptions(retries=0, progress=False)
+    )
     assert "has no completed group with key '0:other'" in result.failed[0].error
     longer = RecordingBuilder(env_factory=lambda a, i: CountdownEnv(turns=3))
-    result = await collect([longer], replay, retries=0, progress=False)
+    result = await collect([longer], replay, CollectOptions(retries=0, progress=False))
     assert "ran out of recorded turns at turn 3" in result.failed[0].error
 
 
 async def test_weights_version_is_recorded_with_every_group(tokenizer):
     policy = make_policy("scripted", weights_version="step-12")
     builders = list(GuessNumberConfig(tasks=2).dataset(tokenizer, group_size=1).builders)
-    result = await collect(builders, policy, progress=False)
+    result = await collect(builders, policy, CollectOptions(progress=False))
+    options = {"variant": "oracle", "weights_version": "step-12"}
     assert [r.provenance["policy"] for r in result.records] == [
-        {"policy": "scripted", "variant": "oracle", "weights_version": "step-12"}
-    ] * 2
+        {"kind": "scripted", "model": None, "url": None, "weights_version": "step-12",
+         "options": options}
+    ] * 2  # fmt: skip
 
 
 def test_weights_version_is_refused_by_a_policy_that_does_not_declare_it():

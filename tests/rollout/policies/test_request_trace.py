@@ -9,7 +9,7 @@ from support.rollout_vllm_standin import Behaviour, make_app, serve
 
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.rendered_env import Limits
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.policies.hf import HFPolicy
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 from agentenvs.rollout.policies.request_trace import (
@@ -91,7 +91,7 @@ async def test_a_policy_traces_every_turn_of_a_collection_with_its_slot(hf, toke
     trace = RequestTrace(keep_bodies=True)
     with serve(make_app(hf.sampler, Behaviour())) as url:
         policy = OpenAICompatPolicy(url, tokenizer=tokenizer, seed=3, concurrency=2, trace=trace)
-        result = await collect(builders, policy, concurrency=2, progress=False)
+        result = await collect(builders, policy, CollectOptions(concurrency=2, progress=False))
         await policy.aclose()
     turns = {
         (record.key, index, turn): transition

@@ -19,7 +19,7 @@ from support.vllm_server import SERVED_NAME, vllm_server  # noqa: F401  (the ses
 
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.rendered_env import Limits
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import make_policy
 from agentenvs.rollout.policies.request_trace import RequestTrace
@@ -75,8 +75,12 @@ async def test_seeded_group_gives_distinct_episodes_that_the_same_seeds_reproduc
 ):
     policy = make_policy("openai", url=vllm_server.url, tokenizer=tokenizer, seed=7)
     keys = ["g0"]
-    first = await collect(_builders(tokenizer, 1, 4), policy, keys=keys, progress=False)
-    again = await collect(_builders(tokenizer, 1, 4), policy, keys=keys, progress=False)
+    first = await collect(
+        _builders(tokenizer, 1, 4), policy, CollectOptions(progress=False), keys=keys
+    )
+    again = await collect(
+        _builders(tokenizer, 1, 4), policy, CollectOptions(progress=False), keys=keys
+    )
     episodes = _episodes(first.ok[0])
     assert len(set(episodes)) == 4  # one seed for all would make these identical
     assert _episodes(again.ok[0]) == episodes
@@ -85,7 +89,9 @@ async def test_seeded_group_gives_distinct_episodes_that_the_same_seeds_reproduc
     ]
     assert len(seeds) == len(set(seeds))  # every sampled turn has its own, recorded seed
     other = make_policy("openai", url=vllm_server.url, tokenizer=tokenizer, seed=8)
-    moved = await collect(_builders(tokenizer, 1, 4), other, keys=keys, progress=False)
+    moved = await collect(
+        _builders(tokenizer, 1, 4), other, CollectOptions(progress=False), keys=keys
+    )
     assert _episodes(moved.ok[0]) != episodes  # the base seed matters
     await policy.aclose()
     await other.aclose()
@@ -101,7 +107,7 @@ async def test_provenance_names_the_discovered_model_and_check_passes(
     )
     store = TrajectoryStore(tmp_path / "run.jsonl")
     result = await collect(
-        _builders(tokenizer, 2, 4), policy, store=store, env_name="guess_number", progress=False
+        _builders(tokenizer, 2, 4), policy, CollectOptions(progress=False), store=store
     )
     assert len(result.ok) == 2
     for record in store.read():

@@ -16,7 +16,7 @@ import pytest
 
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.types import TokensWithLogprobs
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.data.samples import trajectories_to_samples
 from agentenvs.rollout.policies import make_policy
 from agentenvs.rollout.trainers.common import MissingLogprobsWarning
@@ -43,7 +43,7 @@ class WithLogprobs:
 def _groups(tokenizer, policy):
     config = GuessNumberConfig(tasks=2)
     builders = [config.group_builder(i, 2, tokenizer) for i in range(2)]
-    result = asyncio.run(collect(builders, policy, progress=False))
+    result = asyncio.run(collect(builders, policy, CollectOptions(progress=False)))
     return [r.group for r in result.ok]
 
 

@@ -27,7 +27,7 @@ from support.weight_updates import (
 from typer.testing import CliRunner
 
 from agentenvs.rollout.cli import app
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.data.samples import trajectories_to_samples
 from agentenvs.rollout.data.training_data import samples_from_records
@@ -63,7 +63,9 @@ async def test_a_sync_that_never_loaded_is_caught_by_the_first_batch_after_it(
     store = TrajectoryStore(tmp_path / "trajectories.jsonl")
     log = DriftLog(tmp_path / "drift.jsonl")
 
-    clean = await collect(_group_builders(tokenizer) * 2, policy, store=store, progress=False)
+    clean = await collect(
+        _group_builders(tokenizer) * 2, policy, CollectOptions(progress=False), store=store
+    )
     report = measure_drift(
         rows_from_records(clean.ok, torch_reference(v1)), trainer_version=1, tolerance=FP32, step=0
     )
@@ -76,7 +78,11 @@ async def test_a_sync_that_never_loaded_is_caught_by_the_first_batch_after_it(
     v2 = one_rl_step(vllm_server.model_dir, tmp_path / "v2", lr=lr, lora=path == "lora", seed=2)
     policy.weights = replace(policy.weights, version=2)
     stale = await collect(
-        _group_builders(tokenizer) * 2, policy, store=store, keys=["s0", "s1"], progress=False
+        _group_builders(tokenizer) * 2,
+        policy,
+        CollectOptions(progress=False),
+        store=store,
+        keys=["s0", "s1"],
     )
     report = measure_drift(
         rows_from_records(stale.ok, torch_reference(v2)), trainer_version=2, tolerance=FP32, step=1

@@ -14,7 +14,7 @@ from support.vllm_server import LORA_RANK, restore_base_weights, vllm_server  # 
 from support.weight_updates import _adapter, _group_builders, _load, _perturbed
 
 from agentenvs.envs.weights_identity import hash_weights
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 from agentenvs.rollout.weights.probe import Probe, VerificationError, torch_reference
@@ -53,7 +53,7 @@ async def test_full_reload_is_verified_and_stamped_on_every_turn(
     before = old(sequence, len(sync.probe.prompt))
     assert max(abs(a - b) for a, b in zip(before, report.probe.server, strict=True)) > 0.1
 
-    result = await collect(_group_builders(tokenizer), sync.policy, progress=False)
+    result = await collect(_group_builders(tokenizer), sync.policy, CollectOptions(progress=False))
     record = result.ok[0]
     assert record.provenance["policy"]["weights_version"] == 1
     assert record.provenance["policy"]["weights"]["sha256"] == identity.sha256
@@ -94,7 +94,7 @@ async def test_lora_adapter_is_loaded_verified_and_sampled_by_name(
     identity = report.identity
     assert identity.path == "lora" and identity.verified
     assert identity.name == f"{sync.adapter_prefix}-v1" == sync.policy.served_model()
-    result = await collect(_group_builders(tokenizer), sync.policy, progress=False)
+    result = await collect(_group_builders(tokenizer), sync.policy, CollectOptions(progress=False))
     turn = result.ok[0].group.trajectories[0].transitions[0]
     assert turn.logs["policy/weights"] == identity.label()
     # A wrong reference (the base model) does not verify; the previous adapter stays.

@@ -31,7 +31,7 @@ from support.vllm_server import (  # noqa: F401  (the session fixture)
 )
 from support.weight_updates import _group_builders, one_rl_step
 
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 from agentenvs.rollout.policies.vllm_server import VLLMOptions, _wait_group_gone, start_vllm
@@ -172,7 +172,7 @@ async def test_a_restarted_server_is_a_new_instance_and_its_turns_are_never_stam
         )
         # A second sync on the same policy (another probe and tolerance), made last.
         WeightSync(policy, probe=Probe.default(len(tokenizer), length=160), dtype="bfloat16")
-        before = await collect(_group_builders(tokenizer), policy, progress=False)
+        before = await collect(_group_builders(tokenizer), policy, CollectOptions(progress=False))
         turns = [tr for t in before.ok[0].group.trajectories for tr in t.transitions]
         assert {
             (tr.logs["policy/weights_version"], tr.logs["policy/weights_proof"]) for tr in turns
@@ -194,7 +194,7 @@ async def test_a_restarted_server_is_a_new_instance_and_its_turns_are_never_stam
                 served_model_name=SERVED_NAME, lora_rank=LORA_RANK, port=port)
         )  # fmt: skip
         time.sleep(0.3)
-        after = await collect(_group_builders(tokenizer), policy, progress=False)
+        after = await collect(_group_builders(tokenizer), policy, CollectOptions(progress=False))
         assert not after.ok and after.failed
         assert all("no longer serves weights version 1" in r.error for r in after.failed)
         assert policy.weights.failed and not policy.weights.verified

@@ -27,7 +27,7 @@ from support.weight_updates import (
     realistic_policy,  # noqa: F401  (a fixture)
 )
 
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.weights.probe import (
     Probe,
@@ -74,7 +74,7 @@ async def test_a_lora_step_at_lr_1e_6_is_verified_and_a_dropped_adapter_never_is
     assert identity.proof == "verified" and identity.verified, report.probe.describe()
     assert identity.exact == "adapter listed by /v1/models on every server"
     assert identity.probe_power is not None and identity.probe_power >= 3
-    result = await collect(_group_builders(tokenizer), policy, progress=False)
+    result = await collect(_group_builders(tokenizer), policy, CollectOptions(progress=False))
     turns = [tr for traj in result.ok[0].group.trajectories for tr in traj.transitions]
     assert {tr.logs["policy/weights_proof"] for tr in turns} == {"verified"}
 

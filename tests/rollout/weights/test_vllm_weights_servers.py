@@ -20,7 +20,7 @@ from support.vllm_server import (  # noqa: F401  (the session fixture)
 )
 from support.weight_updates import _adapter, _group_builders, _load, _perturbed
 
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.policies.base import PolicyError
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 from agentenvs.rollout.policies.vllm_server import VLLMOptions, start_vllm
@@ -86,7 +86,9 @@ async def test_a_lora_sync_loads_and_verifies_every_server_then_both_serve_it(
         before = base(sequence, len(sync.probe.prompt))
         assert max(abs(a - b) for a, b in zip(before, probe.server, strict=True)) > 1e-2
 
-    result = await collect(_group_builders(tokenizer) * 2, sync.policy, progress=False)
+    result = await collect(
+        _group_builders(tokenizer) * 2, sync.policy, CollectOptions(progress=False)
+    )
     assert len(result.ok) == 2, [r.error for r in result.failed]
     for record in result.ok:
         for traj in record.group.trajectories:

@@ -14,7 +14,7 @@ import pytest
 
 from agentenvs.envs.registry import make
 from agentenvs.envs.types import TokensWithLogprobs
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.data.training_data import samples_from_records
 from agentenvs.rollout.inspect.check import check_records
 from agentenvs.rollout.weights.drift import (
@@ -80,7 +80,7 @@ def _records(tokenizer, keys: list[str]):
 
     config = make("guess_number", tasks=len(keys))
     builders = [config.group_builder(i, 2, tokenizer) for i in range(len(keys))]
-    result = asyncio.run(collect(builders, policy, keys=keys, progress=False))
+    result = asyncio.run(collect(builders, policy, CollectOptions(progress=False), keys=keys))
     assert [r.key for r in result.ok] == keys
     return result.ok
 

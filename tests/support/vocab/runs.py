@@ -9,9 +9,8 @@ from typing import Any
 
 from agentenvs.envs import make
 from agentenvs.envs.types import TokensWithLogprobs
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, ProvenanceNotes, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
-from agentenvs.rollout.data.provenance import PolicyIdentity, build_provenance
 from agentenvs.rollout.policies import make_policy
 
 
@@ -50,22 +49,15 @@ def collect_store(
     config = make(env, **(overrides or {}))
     dataset = config.dataset(tokenizer, group_size=group_size, n_groups=groups)
     builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
-    provenance = build_provenance(
-        tokenizer=tokenizer,
-        env_name=env,
-        env_config=config,
-        policy=PolicyIdentity(kind="test", weights_version=0),
-    )
+    chosen = policy if policy is not None else make_policy("scripted")
+    chosen.weights_version = 0  # a VersionedPolicy: every record names the version it sampled
     result = asyncio.run(
         collect(
             builders,
-            policy if policy is not None else make_policy("scripted"),
-            concurrency=2,
-            retries=0,
+            chosen,
+            CollectOptions(concurrency=2, retries=0, progress=False),
             store=TrajectoryStore(path),
-            env_name=env,
-            provenance=provenance,
-            progress=False,
+            notes=ProvenanceNotes(policy_name="test"),
         )
     )
     if result.failed:

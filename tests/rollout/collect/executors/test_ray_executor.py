@@ -17,7 +17,7 @@ from support.rollout_helpers import CountdownEnv, EchoPolicy, RecordingBuilder
 from typer.testing import CliRunner
 
 from agentenvs.rollout.cli import app
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.executors.ray_executor import RayExecutor
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.collect.streaming import collect_streaming
@@ -60,9 +60,8 @@ async def test_flagship_records_equal_the_in_process_ones_and_pass_check(
         result = await collect(
             builders,
             make_policy("scripted"),
-            concurrency=3,
+            CollectOptions(concurrency=3, progress=False),
             store=store,
-            progress=False,
             executor=executor if kind == "ray" else None,
         )
         assert len(result.ok) == 3, [r.error for r in result.failed]
@@ -87,8 +86,8 @@ async def test_a_policy_in_the_driver_is_called_back_with_each_turn(executor, to
         await collect(
             builders,
             policies[kind],
+            CollectOptions(progress=False),
             store=store,
-            progress=False,
             executor=executor if kind == "ray" else None,
         )
         results[kind] = {d["key"]: d for d in stored_lines(store.path)}
@@ -104,7 +103,9 @@ async def test_the_mailbox_answers_in_batches_over_its_shards(executor, tokenize
     # go back in one call, and turns spread over two mailbox actors.
     policy = EchoPolicy(delay=0.05)
     builders = flagship_builders("guess_number", tokenizer, groups=8, group_size=4)
-    result = await collect(builders, policy, concurrency=8, progress=False, executor=executor)
+    result = await collect(
+        builders, policy, CollectOptions(concurrency=8, progress=False), executor=executor
+    )
     assert len(result.ok) == 8, [r.error for r in result.failed]
     pump = executor._pumps[id(policy)]
     assert len(pump.mailboxes) == 2 and min(pump.taken) > 0, pump.taken
@@ -141,8 +142,8 @@ async def test_tree_rollouts_keep_their_tree_through_the_actors(executor, tokeni
         result = await collect(
             builders,
             make_policy("scripted"),
+            CollectOptions(progress=False),
             store=store,
-            progress=False,
             executor=executor if kind == "ray" else None,
         )
         assert len(result.ok) == 2, [r.error for r in result.failed]
@@ -160,10 +161,7 @@ async def test_streaming_collection_through_the_actors_stores_the_in_process_rec
     for kind in ("in-process", "ray"):
         store = TrajectoryStore(tmp_path / f"{kind}.jsonl")
         chosen = {"executor": executor} if kind == "ray" else {}
-        records, stats = await collect_streaming(
-            flagship_builders("guess_number", tokenizer, groups=4, group_size=2),
-            make_policy("scripted"), concurrency=2, store=store, **chosen,
-        )  # fmt: skip
+        records, stats = await collect_streaming(flagship_builders("guess_number", tokenizer, groups=4, group_size=2), make_policy("scripted"), CollectOptions(concurrency=2), store=store, **chosen)  # fmt: skip
         assert (stats.handed, stats.failed) == (4, 0)
         handed[kind] = sorted(r.key for r in records)
         stored[kind] = {d["key"]: d for d in stored_lines(store.path)}
@@ -176,7 +174,9 @@ async def test_streaming_collection_through_the_actors_stores_the_in_process_rec
 async def test_groups_needing_a_resource_no_node_has_fail_clearly(cluster, tokenizer):
     async with RayExecutor(resources={"tpu_pod": 1}, placement_timeout=2) as executor:
         builders = flagship_builders("guess_number", tokenizer, groups=2, group_size=1)
-        result = await collect(builders, make_policy("scripted"), progress=False, executor=executor)
+        result = await collect(
+            builders, make_policy("scripted"), CollectOptions(progress=False), executor=executor
+        )
     assert [r.status for r in result.records] == ["failed", "failed"]
     error = result.records[0].error
     assert error.startswith("PlacementError: no live Ray node can host")
@@ -236,8 +236,7 @@ async def test_an_env_error_in_an_actor_keeps_its_traceback_and_its_retry_rule(e
         result = await collect(
             [_breaking_builder(transient=False), _breaking_builder(transient=True)],
             EchoPolicy(),
-            retries=1,
-            progress=False,
+            CollectOptions(retries=1, progress=False),
             executor=executor if kind == "ray" else None,
         )
         bug, hiccup = result.records

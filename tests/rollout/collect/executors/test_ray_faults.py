@@ -20,7 +20,7 @@ from support.paths import SUPPORT
 from support.ray_cluster import flagship_builders, in_flight_on, loopback_cluster
 from support.rollout_helpers import EchoPolicy
 
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.executors.ray_executor import RayExecutor
 from agentenvs.rollout.collect.store import TrajectoryStore
 
@@ -68,14 +68,15 @@ async def test_a_node_killed_mid_run_costs_its_groups_one_attempt_not_the_data(
     builders = flagship_builders("guess_number", tokenizer, groups=16, group_size=2)
     async with RayExecutor(resources={"episodes": 1}, placement_timeout=30) as executor:
         warm = flagship_builders("guess_number", tokenizer, groups=4, group_size=1)
-        await collect(warm, EchoPolicy(), progress=False, executor=executor)  # both actors up
+        await collect(
+            warm, EchoPolicy(), CollectOptions(progress=False), executor=executor
+        )  # both actors up
         collecting = asyncio.create_task(
             collect(
                 builders,
                 EchoPolicy(delay=0.1),
-                concurrency=4,
+                CollectOptions(concurrency=4, progress=False),
                 store=store,
-                progress=False,
                 executor=executor,
             )
         )

@@ -32,7 +32,7 @@ from support.weight_updates import _load, _perturbed
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.rendered_env import Limits
 from agentenvs.envs.weights_identity import WeightsIdentity
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.executors import PolicySpec
 from agentenvs.rollout.collect.executors.ray_executor import RayExecutor
 from agentenvs.rollout.collect.executors.remote_gate import ActorsGate, GateDrainTimeout
@@ -111,8 +111,7 @@ async def test_the_actors_gate_closes_every_actor_and_hands_over_the_identity(
             assert executor.gate_for(policy) is gate  # one per policy
             # Two groups whose first requests hang on the silent server: in flight.
             collecting = asyncio.create_task(
-                collect(_long_builders(tokenizer, 2, turns=1), policy, progress=False,
-                        executor=executor, retries=0)
+                collect(_long_builders(tokenizer, 2, turns=1), policy, CollectOptions(progress=False, retries=0), executor=executor)
             )  # fmt: skip
             await _until(_in_flight_at_least(executor, 2), "requests in flight on the actors")
             impatient = ActorsGate(executor._hosts, executor._next_serial, drain_timeout=0.5)
@@ -165,8 +164,7 @@ async def test_a_reload_waits_for_the_actors_requests_in_flight_and_holds_their_
         await sync.engine.pause()  # the engine holds what it is sent: in flight, unanswered
         try:
             collecting = asyncio.create_task(
-                collect(_long_builders(tokenizer, 2, turns=3), sync.policy, progress=False,
-                        executor=executor)
+                collect(_long_builders(tokenizer, 2, turns=3), sync.policy, CollectOptions(progress=False), executor=executor)
             )  # fmt: skip
             await _until(_in_flight_at_least(executor, 4), "every episode's first request sent")
             pushing = asyncio.create_task(sync.push_full(tmp_path / "v1", new))
@@ -212,8 +210,7 @@ async def test_a_full_reload_mid_collection_stamps_every_turn_with_the_weights_t
     groups = 16
     async with RayExecutor(policy_spec=spec, placement_timeout=120) as executor:
         collecting = asyncio.create_task(
-            collect(_long_builders(tokenizer, groups), sync.policy, progress=False,
-                    executor=executor, concurrency=8)
+            collect(_long_builders(tokenizer, groups), sync.policy, CollectOptions(progress=False, concurrency=8), executor=executor)
         )  # fmt: skip
         await _until(_in_flight_at_least(executor, 1), "the collection is under way")
         await asyncio.sleep(0.5)  # a few turns in: the reload lands mid-episode

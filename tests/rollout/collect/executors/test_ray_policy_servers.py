@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.rendered_env import Limits
 from agentenvs.rollout.cli import app
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.executors import PolicySpec
 from agentenvs.rollout.collect.executors.ray_executor import RayExecutor
 from agentenvs.rollout.collect.store import TrajectoryStore
@@ -71,13 +71,16 @@ async def test_actors_spread_turns_over_both_servers_and_store_the_in_process_re
         counts_before = [s.requests for s in seen]
         policy = make_policy("openai", **options)
         store = TrajectoryStore(tmp_path / f"{kind}.jsonl")
-        run = {"store": store, "progress": False, "concurrency": 4}
+        run = {"store": store}
+        limits = CollectOptions(progress=False, concurrency=4)
         if kind == "ray":
             async with RayExecutor(policy_spec=PolicySpec("openai", options)) as executor:
-                result = await collect(_builders(tokenizer, 4), policy, executor=executor, **run)
+                result = await collect(
+                    _builders(tokenizer, 4), policy, limits, executor=executor, **run
+                )
             assert set(executor.placements) == {r.key for r in result.records}
         else:
-            result = await collect(_builders(tokenizer, 4), policy, **run)
+            result = await collect(_builders(tokenizer, 4), policy, limits, **run)
         await policy.aclose()
         assert len(result.ok) == 4, [r.error for r in result.failed]
         turns = sum(len(t.transitions) for r in result.ok for t in r.group.trajectories)
@@ -102,7 +105,7 @@ async def test_a_dead_server_is_skipped_by_the_retry(servers, tokenizer):
         "openai", url=f"{dead},{urls[0]}", tokenizer=tokenizer, seed=5, backoff=0.01, retries=1
     )
     before = seen[0].requests
-    result = await collect(_builders(tokenizer, 2), policy, progress=False)
+    result = await collect(_builders(tokenizer, 2), policy, CollectOptions(progress=False))
     await policy.aclose()
     assert len(result.ok) == 2, [r.error for r in result.failed]
     turns = sum(len(t.transitions) for r in result.ok for t in r.group.trajectories)

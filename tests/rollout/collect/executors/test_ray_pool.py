@@ -17,7 +17,7 @@ import pytest_asyncio
 from support.ray_cluster import flagship_builders, in_flight_on, loopback_cluster
 from support.rollout_helpers import EchoPolicy
 
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.executors.ray_executor import RayExecutor
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import make_policy
@@ -54,8 +54,7 @@ async def test_default_placement_puts_one_actor_on_every_node(cluster, tokenizer
     for _ in range(4):  # fresh executors: SPREAD alone packed 3 actors onto 1-2 nodes
         async with RayExecutor(resources={}, placement_timeout=60) as executor:
             builders = flagship_builders("guess_number", tokenizer, groups=3, group_size=1)
-            result = await collect(builders, make_policy("scripted"), progress=False,
-                                   executor=executor)  # fmt: skip
+            result = await collect(builders, make_policy("scripted"), CollectOptions(progress=False), executor=executor)  # fmt: skip
             assert len(result.ok) == 3
             hosts = await all_ready(executor, 3)
             seen.append(Counter(h.node_id for h in hosts))
@@ -65,13 +64,14 @@ async def test_default_placement_puts_one_actor_on_every_node(cluster, tokenizer
 async def test_a_node_added_mid_run_gets_a_host_that_runs_groups(cluster, tokenizer):
     async with RayExecutor(resources={"grow": 1}, placement_timeout=60) as executor:
         warm = flagship_builders("guess_number", tokenizer, groups=2, group_size=1)
-        await collect(warm, make_policy("scripted"), progress=False, executor=executor)
+        await collect(
+            warm, make_policy("scripted"), CollectOptions(progress=False), executor=executor
+        )
         assert len(await all_ready(executor, 1)) == 1
         cluster.add("late", num_cpus=1, resources={"grow": 1})  # signals: the main thread
         late = cluster.node_id("late")
         builders = flagship_builders("guess_number", tokenizer, groups=24, group_size=1)
-        result = await collect(builders, EchoPolicy(delay=0.05), concurrency=6,
-                               progress=False, executor=executor)  # fmt: skip
+        result = await collect(builders, EchoPolicy(delay=0.05), CollectOptions(concurrency=6, progress=False), executor=executor)  # fmt: skip
         assert len(result.ok) == 24
         hosts = await all_ready(executor, 2, timeout=30)
         assert late in {h.node_id for h in hosts}, "the pool never placed an actor on the new node"
@@ -88,13 +88,12 @@ async def test_co_located_actors_on_a_killed_node_cost_each_group_one_attempt(
     # dead node loses the second and fails it.
     async with RayExecutor(resources={"slots": 1}, placement_timeout=60, lost_retries=1) as ex:
         warm = flagship_builders("guess_number", tokenizer, groups=4, group_size=1)
-        await collect(warm, make_policy("scripted"), progress=False, executor=ex)
+        await collect(warm, make_policy("scripted"), CollectOptions(progress=False), executor=ex)
         hosts = await all_ready(ex, 4)
         assert Counter(h.node_id for h in hosts)[doomed] == 3
         builders = flagship_builders("guess_number", tokenizer, groups=24, group_size=2)
         collecting = asyncio.create_task(
-            collect(builders, EchoPolicy(delay=0.1), concurrency=8, store=store,
-                    progress=False, executor=ex)
+            collect(builders, EchoPolicy(delay=0.1), CollectOptions(concurrency=8, progress=False), store=store, executor=ex)
         )  # fmt: skip
         while in_flight_on(ex, doomed) < 4:  # several groups on the doomed node's actors
             assert not collecting.done(), "finished before the doomed node was busy"

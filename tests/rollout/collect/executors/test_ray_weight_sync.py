@@ -20,10 +20,10 @@ from support.ray_weight_sync import _max_diff, _turns, driver_sync
 from support.vllm_server import restore_base_weights, vllm_server  # noqa: F401  (the session fixture)
 from support.weight_updates import _adapter, _group_builders, _load
 
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.executors import PolicySpec
 from agentenvs.rollout.collect.executors.ray_executor import RayExecutor
-from agentenvs.rollout.collect.streaming import collect_streaming
+from agentenvs.rollout.collect.streaming import Staleness, collect_streaming
 from agentenvs.rollout.weights.probe import TOLERANCE, torch_reference
 from agentenvs.rollout.weights.stamps import VERSION_LOG
 
@@ -54,10 +54,7 @@ async def test_actors_sample_the_synced_adapter_and_stamp_its_identity(
 ):
     sync, spec = synced
     async with RayExecutor(policy_spec=spec, placement_timeout=120) as executor:
-        before = await collect(
-            _two_groups(tokenizer), sync.policy, progress=False, executor=executor,
-            keys=["a0", "a1"],
-        )  # fmt: skip
+        before = await collect(_two_groups(tokenizer), sync.policy, CollectOptions(progress=False), executor=executor, keys=["a0", "a1"])  # fmt: skip
         assert len(before.ok) == 2, [r.error for r in before.failed]
         assert {tr.logs[VERSION_LOG] for tr in _turns(before.ok)} == {0}
         hosts = _hosts(executor)  # the actors, with the clients they built
@@ -68,10 +65,7 @@ async def test_actors_sample_the_synced_adapter_and_stamp_its_identity(
         assert identity.verified and identity.version == 1
 
         # As an asynchronous trainer collects: streamed, nothing older than the sync kept.
-        after, stats = await collect_streaming(
-            _two_groups(tokenizer), sync.policy, keys=["b0", "b1"], max_staleness=0,
-            on_stale="drop", executor=executor,
-        )  # fmt: skip
+        after, stats = await collect_streaming(_two_groups(tokenizer), sync.policy, keys=["b0", "b1"], executor=executor, staleness=Staleness(max_staleness=0, on_stale="drop"))  # fmt: skip
         assert _hosts(executor) == hosts  # the same actors: their cached clients were updated
     assert (stats.handed, stats.dropped_stale, stats.failed) == (2, 0, 0)
     turns = _turns(after)

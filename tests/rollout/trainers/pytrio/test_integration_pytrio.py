@@ -23,7 +23,7 @@ from support.rollout_vllm_standin import serve
 
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.registry import make
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore, read_records
 from agentenvs.rollout.data.advantages import compute_advantages
 from agentenvs.rollout.data.samples import trajectories_to_samples
@@ -78,13 +78,13 @@ async def test_collector_samples_through_pytrio_sampling_client(actor, client, t
     builders = [config.group_builder(i, 2, tokenizer) for i in range(2)]
     out = tmp_path / "pytrio.jsonl"
     result = await collect(
-        builders, policy, store=TrajectoryStore(out), env_name="guess_number", progress=False
+        builders, policy, CollectOptions(progress=False), store=TrajectoryStore(out)
     )
     assert len(result.ok) == 2, [r.error for r in result.failed]
 
     stops = set()
     for record in read_records(out):
-        assert record.provenance["policy"]["policy"] == "pytrio"
+        assert record.provenance["policy"]["kind"] == "pytrio"
         assert record.provenance["policy"]["weights_version"] == 7
         assert record.provenance["policy"]["model"] == "tiny-local"
         for traj in record.group.trajectories:
@@ -142,7 +142,9 @@ async def test_rejected_request_is_a_policy_error_and_a_failed_group(actor, clie
     with pytest.raises(PolicyError, match="PyTRIO sampling failed"):
         await policy([5, 6, 7], [])
     result = await collect(
-        [guess_config().group_builder(0, 1, tokenizer)], policy, retries=1, progress=False
+        [guess_config().group_builder(0, 1, tokenizer)],
+        policy,
+        CollectOptions(retries=1, progress=False),
     )
     (record,) = result.failed
     assert record.attempts == 2 and "PyTRIO sampling failed" in record.error
@@ -242,7 +244,6 @@ async def test_example_grpo_step(actor, client, tokenizer, tmp_path):
         settings=settings,
         eos_token_ids=[tokenizer.eos_token_id],
         store=store,
-        env_name="guess_number",
         step=4,
     )
     assert new_sampler is client

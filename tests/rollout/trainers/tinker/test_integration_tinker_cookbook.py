@@ -39,6 +39,7 @@ from typer.testing import CliRunner
 from agentenvs.envs.registry import make
 from agentenvs.envs.renderers import ChatRenderer
 from agentenvs.envs.types import TokensWithLogprobs
+from agentenvs.rollout.collect.options import CollectOptions
 from agentenvs.rollout.collect.rollouts import current_slot, do_group_rollout
 from agentenvs.rollout.collect.store import read_records
 from agentenvs.rollout.data.advantages import compute_advantages
@@ -235,11 +236,11 @@ async def test_cookbook_env_runs_under_agentenvs_collector_and_viewer(tmp_path, 
     result = await collect_from_cookbook(
         addition_builders(tokenizer, 3),
         ArithmeticPolicy(tokenizer),
+        CollectOptions(progress=False),
         out=out,
         tokenizer=tokenizer,
         tokenizer_spec="builtin",
         env_name="cookbook/addition",
-        progress=False,
     )
     assert len(result.ok) == 3 and not result.failed
     records = read_records(out)
@@ -257,9 +258,9 @@ async def test_cookbook_env_runs_under_agentenvs_collector_and_viewer(tmp_path, 
     again = await collect_from_cookbook(
         addition_builders(tokenizer, 3),
         ArithmeticPolicy(tokenizer),
+        CollectOptions(progress=False),
         out=out,
         env_name="cookbook/addition",  # another label would be another run, and is refused
-        progress=False,
     )
     assert again.skipped == 3 and not again.records
 
@@ -277,7 +278,7 @@ async def test_cookbook_env_with_hf_policy_and_length_stop(hf_model_dir, tokeniz
     response never ended on the stop sequence, so the env's format check fails."""
     policy = HFPolicy(str(hf_model_dir), tokenizer, max_tokens=4, seed=0)
     result = await collect_from_cookbook(
-        addition_builders(tokenizer, 1), policy, progress=False, tokenizer=tokenizer
+        addition_builders(tokenizer, 1), policy, CollectOptions(progress=False), tokenizer=tokenizer
     )
     (record,) = result.ok
     for traj in record.group.trajectories:
