@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from agentenvs.envs import make
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.image_files import ImageFiles, images_dir
 from agentenvs.rollout.collect.store import TrajectoryStore, read_store
 from agentenvs.rollout.inspect.check import check_file
@@ -46,8 +46,8 @@ def collect_until(store: Path, turns: int, tokenizer) -> int:
         builders = [dataset.get_batch(i)[0] for i in range(start, start + batch)]
         keys = [f"{i}:train/{i}" for i in range(start, start + batch)]
         result = asyncio.run(
-            collect(builders, make_policy("scripted"), concurrency=8, keys=keys,
-                    store=TrajectoryStore(store), env_name="charts", progress=False)
+            collect(builders, make_policy("scripted"), CollectOptions(concurrency=8, progress=False),
+                    keys=keys, store=TrajectoryStore(store))
         )  # fmt: skip
         shown += sum(
             1 for r in result.ok for t in r.group.trajectories for tr in t.transitions if tr.images

@@ -18,10 +18,10 @@ from agentenvs.rollout.cli.common import (
     CLIError,
     friendly_errors,
     load_tokenizer_or_fail,
+    one_line,
     parse_assignments,
-    resolve_tokenizer_spec,
 )
-from agentenvs.rollout.cli.rollout_run import make_policy_or_fail
+from agentenvs.rollout.cli.options import PolicyOpts
 
 FORMATS = ("hermes", "qwen3_coder", "deepseek", "glm45")
 
@@ -31,14 +31,7 @@ def gateway_command(
         str,
         typer.Option(metavar="NAME", help="The policy that samples: openai (vLLM, SGLang) or hf."),
     ] = "openai",
-    policy_opts: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--policy-opt",
-            metavar="KEY=VALUE",
-            help="Policy options (url=..., model=..., seed=...).",
-        ),
-    ] = None,
+    policy_opts: PolicyOpts = None,
     tokenizer: Annotated[
         str | None,
         typer.Option(
@@ -72,6 +65,7 @@ def gateway_command(
 ) -> None:
     """Serve POLICY to agent harnesses: OpenAI Chat Completions and Responses, Anthropic Messages."""
     from agentenvs.envs.tool_calls import CallFormat
+    from agentenvs.rollout.collect.executors.spec import PolicySpec
     from agentenvs.rollout.collect.store import TrajectoryStore
     from agentenvs.rollout.gateway.policy_gateway import GatewayOptions, PolicyGateway
     from agentenvs.rollout.gateway.serve import run_loop, serve_forever
@@ -87,9 +81,13 @@ def gateway_command(
                 f"--tool-format must be one of {', '.join(FORMATS)}, got {tool_format!r}"
             )
         options = parse_assignments(policy_opts or [], "--policy-opt")
-        loaded = load_tokenizer_or_fail(resolve_tokenizer_spec(tokenizer, policy, options))
+        chosen = PolicySpec(policy, options)
+        loaded = load_tokenizer_or_fail(tokenizer or chosen.own_tokenizer() or "builtin")
         options.setdefault("tokenizer", loaded)
-        made = make_policy_or_fail(policy, options)
+        try:
+            made = PolicySpec(policy, options).build()
+        except (ValueError, TypeError, FileNotFoundError) as error:
+            raise CLIError(one_line(str(error))) from None
         settings = GatewayOptions(
             tokenizer=loaded,
             tool_format=CallFormat(tool_format) if tool_format else None,

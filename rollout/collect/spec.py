@@ -118,12 +118,7 @@ class RunSpec:
     def tokenizer_spec(self) -> str:
         """The tokenizer to render with: the one named; else a local ``hf`` model's own;
         else ``builtin``."""
-        if self.tokenizer:
-            return self.tokenizer
-        model = self.policy.options.get("model")
-        if self.policy.name == "hf" and isinstance(model, str):
-            return model
-        return "builtin"
+        return self.tokenizer or self.policy.own_tokenizer() or "builtin"
 
     def provenance_notes(self) -> ProvenanceNotes:
         """What this spec adds to the provenance the collector records."""

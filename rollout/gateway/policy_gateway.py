@@ -14,9 +14,6 @@ training sample (``rollout/data/samples.py`` splits at the breaks the logs name)
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import copy
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,10 +34,10 @@ from agentenvs.envs.types import (
 )
 from agentenvs.rollout.collect.finish import RecordStamps
 from agentenvs.rollout.collect.plan import PlannedGroup, collection_identity
+from agentenvs.rollout.collect.provenance import RunProvenance
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.collect.turns import sample_action
-from agentenvs.rollout.data.provenance import PolicyIdentity, build_provenance
 from agentenvs.rollout.policies.base import Policy, TurnSlot, is_per_env
 
 ENV_NAME = "gateway"
@@ -69,25 +66,6 @@ class GatewayOptions:
             "max_tokens": self.max_tokens,
             "model_name": self.model_name,
         }
-
-
-_PROVENANCE: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
-
-
-def _base_provenance(tokenizer: Any) -> dict[str, Any]:
-    """The tokenizer's part of the records' provenance, once per tokenizer: hashing a
-    150k-token vocabulary costs most of a second."""
-    try:
-        cached = _PROVENANCE.get(tokenizer)
-    except TypeError:  # not weak-referenceable
-        cached = None
-    if cached is None:
-        cached = build_provenance(
-            tokenizer=tokenizer, env_name=ENV_NAME, policy=PolicyIdentity(kind="gateway")
-        )
-        with contextlib.suppress(TypeError):
-            _PROVENANCE[tokenizer] = cached
-    return copy.deepcopy(cached)
 
 
 class PolicyRunner:
@@ -133,21 +111,19 @@ class PolicyGateway:
         self.tool_format = options.tool_format or sniff_format(template)
         self.sessions: dict[str, GatewaySession] = {}
         self.finished: set[str] = set()
-        tokenizer = options.tokenizer
         self.description = GroupDescription(
             env_name=ENV_NAME,
             config=options.config(self.tool_format),
             group_size=1,
-            tokenizer=tokenizer,
+            tokenizer=options.tokenizer,
+            renderer="chat",
+            protocol="gateway",
+            tool_format=None if self.tool_format is None else str(self.tool_format),
         )
-        provenance = _base_provenance(tokenizer)
-        provenance["env"].update(
-            {"renderer": "chat", "protocol": "gateway", "config": self.description.config}
-        )
-        provenance.pop("policy")  # the policy describes itself when each session is stored
-        self.provenance = provenance
-        identity = collection_identity(self.description, policy, provenance)
-        self.stamps = RecordStamps(identity, provenance)
+        # Provenance as the collector records it: from the description and the policy's
+        # own (refreshed from the policy as each session is stored).
+        identity = collection_identity(self.description, policy)
+        self.stamps = RecordStamps(identity, RunProvenance(policy))
         self._serial = 0
         self._lock = asyncio.Lock()
 

@@ -25,10 +25,9 @@ from typing import Any
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.registry import config_class
 from agentenvs.envs.types import TokensWithLogprobs
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, ProvenanceNotes, collect
 from agentenvs.rollout.collect.rollouts import current_slot
 from agentenvs.rollout.collect.store import TrajectoryStore
-from agentenvs.rollout.data.provenance import PolicyIdentity, build_provenance
 from agentenvs.rollout.data.training_data import samples_from_records
 from agentenvs.rollout.policies import make_policy
 from agentenvs.rollout.policies.base import current_turn
@@ -52,16 +51,11 @@ def collect_config(
     """``groups`` groups of ``config`` (a real or a buggy one) into a store at ``path``."""
     dataset = config.dataset(tokenizer, group_size=size, n_groups=groups)
     builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
-    provenance = build_provenance(
-        tokenizer=tokenizer,
-        env_name=config.env_name,
-        env_config=config,
-        policy=PolicyIdentity(kind="test", weights_version=3),
-    )
+    policy.weights_version = 3  # a VersionedPolicy: every record names the version it sampled
     result = asyncio.run(
         collect(
-            builders, policy, concurrency=2, retries=0, store=TrajectoryStore(path),
-            env_name=config.env_name, provenance=provenance, progress=False,
+            builders, policy, CollectOptions(concurrency=2, retries=0, progress=False),
+            store=TrajectoryStore(path), notes=ProvenanceNotes(policy_name="test"),
         )
     )  # fmt: skip
     if result.failed:

@@ -19,7 +19,7 @@ from typing import Any
 
 from agentenvs.envs import make
 from agentenvs.envs.types import ImageObservation, observation_images
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import make_policy
 from agentenvs.rollout.policies.base import StampedTokens
@@ -98,8 +98,8 @@ def collect_charts(
     builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
     store.unlink(missing_ok=True)
     return asyncio.run(
-        collect(builders, policy, concurrency=2, store=TrajectoryStore(store), env_name="charts",
-                retries=0)
+        collect(builders, policy, CollectOptions(concurrency=2, retries=0),
+                store=TrajectoryStore(store))
     )  # fmt: skip
 
 

@@ -22,6 +22,14 @@ class PolicySpec:
     name: str
     options: dict[str, Any] = field(default_factory=dict)
 
+    def own_tokenizer(self) -> str | None:
+        """The tokenizer that comes with the policy: a local ``hf`` model's directory
+        (it must render as the model was trained); None for every other policy."""
+        model = self.options.get("model")
+        if self.name == "hf" and isinstance(model, str):
+            return model
+        return None
+
     def build(self) -> Policy | PolicyFactory:
         from agentenvs.rollout.policies import make_policy
 

@@ -17,7 +17,7 @@ from agentenvs.envs.harbor.task import HarborTask, map_paths
 from agentenvs.envs.registry import make
 from agentenvs.envs.retool.sandboxes import close_shared_sandboxes
 from agentenvs.envs.types import TokensWithLogprobs
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.inspect.check import check_file
 from agentenvs.rollout.policies import make_policy
@@ -55,8 +55,12 @@ async def test_reference_solutions_pass_and_empty_answers_fail(tokenizer, tmp_pa
     config = make("harbor", tasks=str(TASKS))
     builders = lambda: [config.group_builder(i, 1, tokenizer) for i in range(2)]  # noqa: E731
     store = TrajectoryStore(tmp_path / "oracle.jsonl")
-    solved = await collect(builders(), make_policy("scripted"), store=store, progress=False)
-    empty = await collect(builders(), make_policy("scripted", variant="empty"), progress=False)
+    solved = await collect(
+        builders(), make_policy("scripted"), CollectOptions(progress=False), store=store
+    )
+    empty = await collect(
+        builders(), make_policy("scripted", variant="empty"), CollectOptions(progress=False)
+    )
     assert len(solved.ok) == len(empty.ok) == 2, [r.error for r in solved.failed + empty.failed]
     for record in solved.ok:
         (trajectory,) = record.group.trajectories
@@ -95,7 +99,7 @@ class TwoStep:
 async def test_files_persist_from_one_command_to_the_next(tokenizer):
     config = make("harbor", tasks=str(TASKS / "count-lines"))
     result = await collect(
-        [config.group_builder(0, 1, tokenizer)], TwoStep(tokenizer), progress=False
+        [config.group_builder(0, 1, tokenizer)], TwoStep(tokenizer), CollectOptions(progress=False)
     )
     (trajectory,) = result.ok[0].group.trajectories
     assert [t.reward for t in trajectory.transitions] == [0.0, 0.0, 1.0]

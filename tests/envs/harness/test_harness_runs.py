@@ -28,7 +28,7 @@ from support.paths import REPO
 from agentenvs.envs.harness.config import HarnessConfig
 from agentenvs.envs.harness.harnesses import HARNESSES, Installed
 from agentenvs.envs.harness.segments import PARENT_LOG, SEGMENT_LOG, START_LOG
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.inspect.check import check_file
 
@@ -52,7 +52,12 @@ def capture(harness: str, path: Path) -> Any:
     builder = config.group_builder(0, 1, qwen3())
     policy = ScriptPolicy(qwen3(), agent_script)
     result = asyncio.run(
-        collect([builder], policy, store=TrajectoryStore(path), progress=False, retries=0)
+        collect(
+            [builder],
+            policy,
+            CollectOptions(progress=False, retries=0),
+            store=TrajectoryStore(path),
+        )
     )
     (record,) = result.records
     assert record.status == "ok", f"{record.error}\n{record.traceback}"
@@ -89,20 +94,23 @@ def test_the_harness_solves_the_task_through_the_gateway(harness: str, tmp_path:
 def replay_through_the_rollout_command(store: Path, tmp_path: Path) -> None:
     """``agentenvs rollout harness --policy replay``: the same tokens, the same episode."""
     from agentenvs.rollout.cli.rollout_run import run_rollout
+    from agentenvs.rollout.collect.spec import (
+        DatasetSpec,
+        EnvSpec,
+        PolicySpec,
+        RunSpec,
+        StoreSpec,
+    )
 
     replayed = tmp_path / "replayed.jsonl"
-    run = run_rollout(
-        "harness",
-        config_overrides={"harness": "mini-swe-agent", "harnesses_dir": str(installed().root)},
-        policy_name="replay",
-        policy_options={"path": str(store)},
-        tokenizer=qwen3(),
-        groups=1,
-        group_size=1,
-        out_path=replayed,
-        retries=0,
-        progress=False,
+    spec = RunSpec(
+        EnvSpec("harness", {"harness": "mini-swe-agent", "harnesses_dir": str(installed().root)}),
+        DatasetSpec(groups=1, group_size=1),
+        policy=PolicySpec("replay", {"path": str(store)}),
+        limits=CollectOptions(retries=0, progress=False),
+        store=StoreSpec(replayed),
     )
+    run = run_rollout(spec, tokenizer=qwen3())
     assert run.summary["ok"] == 1 and run.summary["mean_reward"] == 1.0, run.summary
     (first,) = TrajectoryStore(store).read()
     (second,) = TrajectoryStore(replayed).read()

@@ -26,7 +26,7 @@ from support.paths import REPO
 from agentenvs.envs.errors import is_transient
 from agentenvs.envs.mcp.client import MCPServerConfig, MCPToolbox, MCPUnavailable
 from agentenvs.envs.registry import make
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.policies import make_policy
 
@@ -88,7 +88,7 @@ async def test_a_dead_stdio_server_fails_the_group_after_a_retry(tokenizer, tmp_
     config = make("mcp_tools", servers=[STDIO.model_dump()], tasks=[task])
     store = TrajectoryStore(tmp_path / "mcp.jsonl")
     result = await collect([config.group_builder(0, 1, tokenizer)], make_policy("scripted"),
-                           store=store, retries=1, progress=False)  # fmt: skip
+                           CollectOptions(retries=1, progress=False), store=store)  # fmt: skip
     assert not result.ok, "the episode was scored although its tool server died"
     (failed,) = result.failed
     assert "MCPUnavailable" in failed.error and "'mortal' went away" in failed.error

@@ -22,7 +22,7 @@ from support.paths import REPO
 
 from agentenvs.envs.registry import make
 from agentenvs.envs.types import TokensWithLogprobs
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.data.samples import trajectory_to_samples
 from agentenvs.rollout.inspect.check import check_file
@@ -92,7 +92,9 @@ async def test_an_sdk_written_env_runs_under_our_collector(ors_url, tokenizer, t
     assert config.num_tasks("train") == 3 and config.num_tasks("test") == 1
     store = TrajectoryStore(tmp_path / "arith.jsonl")
     builders = [config.group_builder(i, 2, tokenizer) for i in range(3)]
-    result = await collect(builders, Adder(tokenizer, wrong_lane=1), store=store, progress=False)
+    result = await collect(
+        builders, Adder(tokenizer, wrong_lane=1), CollectOptions(progress=False), store=store
+    )
     assert len(result.ok) == 3, [r.error for r in result.failed]
     for record in result.ok:
         right, wrong = record.group.trajectories
@@ -122,7 +124,7 @@ async def test_a_plain_reply_goes_to_the_terminal_tool(ors_url, tokenizer):
     result = await collect(
         [config.group_builder(0, 2, tokenizer)],
         Adder(tokenizer, wrong_lane=1, plain=True),
-        progress=False,
+        CollectOptions(progress=False),
     )
     (record,) = result.ok
     right, wrong = record.group.trajectories
@@ -152,7 +154,9 @@ class Scribbler:
 async def test_bad_calls_are_answered_and_recorded_not_raised(ors_url, tokenizer):
     config = make("ors", url=ors_url, environment="arithmetic", limits={"max_turns": 5})
     result = await collect(
-        [config.group_builder(0, 1, tokenizer)], Scribbler(tokenizer), progress=False
+        [config.group_builder(0, 1, tokenizer)],
+        Scribbler(tokenizer),
+        CollectOptions(progress=False),
     )
     (trajectory,) = result.ok[0].group.trajectories
     broken, unknown, final = trajectory.transitions
@@ -167,7 +171,9 @@ async def test_bad_calls_are_answered_and_recorded_not_raised(ors_url, tokenizer
 async def test_an_unreachable_server_fails_its_groups_with_the_reason(tokenizer):
     config = make("ors", url=f"http://127.0.0.1:{free_port()}", environment="x", episodes=1)
     result = await collect(
-        [config.group_builder(0, 1, tokenizer)], Adder(tokenizer), retries=0, progress=False
+        [config.group_builder(0, 1, tokenizer)],
+        Adder(tokenizer),
+        CollectOptions(retries=0, progress=False),
     )
     assert not result.ok
     assert "ORSUnreachable" in result.failed[0].error

@@ -20,7 +20,7 @@ from agentenvs.envs.ors.sdk import load_sdk
 from agentenvs.envs.registry import make
 from agentenvs.envs.serving.run import build_app
 from agentenvs.envs.types import TokensWithLogprobs
-from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.collector import CollectOptions, collect
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.inspect.check import check_file
 
@@ -128,7 +128,9 @@ async def test_our_adapter_plays_our_ors_server_and_check_passes(served, tokeniz
     assert config.environment_name() == "guess_number" and config.num_tasks() == 64
     store = TrajectoryStore(tmp_path / "ors.jsonl")
     builders = [config.group_builder(i, 2, tokenizer) for i in (0, 3)]
-    result = await collect(builders, ActBisector(tokenizer), store=store, progress=False)
+    result = await collect(
+        builders, ActBisector(tokenizer), CollectOptions(progress=False), store=store
+    )
     assert len(result.ok) == 2, [r.error for r in result.failed]
     for record in result.ok:
         for trajectory in record.group.trajectories:

@@ -130,7 +130,9 @@ async def test_a_stale_sync_inside_rows_of_several_versions_alarms(
             return await policy(observation, stop, max_tokens=max_tokens)
 
     result = await collect(
-        _group_builders(tokenizer) * 2, sync_lands_after_the_first_turn, progress=False
+        _group_builders(tokenizer) * 2,
+        sync_lands_after_the_first_turn,
+        CollectOptions(progress=False),
     )
     records = result.ok
     trajectories = [t for r in records for t in r.group.trajectories]
