@@ -32,9 +32,14 @@ def test_a_reference_names_a_module_or_an_attribute_path() -> None:
         load_ref("no_such_package_x:thing")
 
 
-def test_names_import_nothing_and_load_imports_one() -> None:
+def test_names_import_nothing_and_load_imports_one(monkeypatch) -> None:
+    import agentenvs.sandbox.backends as backends
+
     module = "agentenvs.sandbox.backends.sandboxfusion"
-    sys.modules.pop(module, None)
+    # Unloaded for this test only: the module object other tests imported is put back
+    # (a second copy would make their isinstance checks fail).
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    monkeypatch.delattr(backends, "sandboxfusion", raising=False)
     assert "sandboxfusion" in BACKENDS.names()
     assert module not in sys.modules
     assert backend_class("sandboxfusion").__name__ == "SandboxFusionSandbox"

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
-from agentenvs.envs import make, registry
+from agentenvs.envs import catalogue, make, registry
 from agentenvs.envs.config import EnvConfig
-from agentenvs.envs.registry import ENTRY_POINT_GROUP
+from agentenvs.envs.references import Registry
 from agentenvs.envs.rewards.identity import (
     RewardIdentity,
     identity_of,
@@ -109,8 +108,9 @@ class _OwnConfig(EnvConfig):
 
 
 def test_an_env_of_ones_own_declares_its_components_on_its_config(monkeypatch):
-    point = EntryPoint("my_env", f"{__name__}:_OwnConfig", ENTRY_POINT_GROUP)
-    monkeypatch.setattr(registry, "_entry_points", lambda: {"my_env": point})
+    own = Registry("environment", {"my_env": f"{__name__}:_OwnConfig"})
+    monkeypatch.setattr(registry, "ENVIRONMENTS", own)
+    monkeypatch.setattr(catalogue, "ENVIRONMENTS", own)  # where it is defined
     (found,) = reward_components("my_env", {"bonus": 0.5})
     assert (found.name, found.settings) == ("mine", {"bonus": 0.5})  # from the config given
     provenance = with_reward_provenance({}, "my_env", {"bonus": 0.5})

@@ -83,6 +83,8 @@ def test_the_gateway_command_serves_vllm_and_stores_a_checked_episode(
     assert record.provenance["policy"]["model"] == SERVED_NAME
     report = check_file(store, tokenizer=load_tokenizer(str(vllm_server.model_dir)))
     gateway = [f for f in report.findings if "gateway" in f.detail]
-    assert report.ok and gateway[0].status == "pass", [f for f in report.findings if f.status == "fail"]
+    assert report.ok and gateway[0].status == "pass", [
+        f for f in report.findings if f.status == "fail"
+    ]
     assert "delivered 100.0%" in gateway[0].detail
     assert os.path.getsize(store) > 0
