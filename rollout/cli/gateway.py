@@ -67,6 +67,7 @@ def gateway_command(
     from agentenvs.envs.tool_calls import CallFormat
     from agentenvs.rollout.collect.executors.spec import PolicySpec
     from agentenvs.rollout.collect.store import TrajectoryStore
+    from agentenvs.rollout.collect.store_lock import claim
     from agentenvs.rollout.gateway.policy_gateway import GatewayOptions, PolicyGateway
     from agentenvs.rollout.gateway.serve import run_loop, serve_forever
 
@@ -101,7 +102,8 @@ def gateway_command(
         except ValueError as error:
             raise CLIError(str(error)) from None
         try:
-            run_loop(serve_forever(gateway, host, port))
+            with claim(out):  # one run writes a store at a time (StoreBusy: one line)
+                run_loop(serve_forever(gateway, host, port))
         except KeyboardInterrupt:
             pass
         except OSError as error:
