@@ -39,6 +39,13 @@ from typing import Any
 
 from agentenvs.envs.errors import AgentEnvsError
 
+ACTOR_RUNTIME_ENV = {"env_vars": {"RAY_USE_UVLOOP": "0"}}
+"""Episode actors run asyncio's own event loop: Ray gives an async actor uvloop when it
+is installed (the ``gateway`` extra brings it), and the local sandbox cannot start its
+workers as an unprivileged user on uvloop (it refuses, saying so), so every ReTool
+episode in an actor would fail. Env vars of the actor's runtime env are merged with the
+job's."""
+
 RAYLET_PROBE_SECONDS = 1.0
 """How long a suspect node's raylet gets to accept a TCP connection."""
 
@@ -220,6 +227,7 @@ class ActorPool:
             resources=dict(self.placement.resources),
             max_restarts=0,
             scheduling_strategy=strategy,
+            runtime_env=ACTOR_RUNTIME_ENV,
         ).remote()
         host = Host(handle, pinned=node_id, node_id=node_id)
         host.waiter = asyncio.get_running_loop().create_task(self._wait_ready(host))

@@ -95,7 +95,7 @@ async def test_actors_spread_turns_over_both_servers_and_store_the_in_process_re
     assert driver_sent["ray"] == 0  # the actors' own clients sampled, not the driver's
     assert driver_sent["in-process"] >= sum(received["in-process"])  # and a model lookup
     policy_section = next(iter(stored["ray"].values()))["provenance"]["policy"]
-    assert policy_section["urls"] == urls
+    assert policy_section["options"]["urls"] == urls  # the policy as it described itself
 
 
 async def test_a_dead_server_is_skipped_by_the_retry(servers, tokenizer):
