@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from agentenvs.rollout import CollectOptions, DatasetSpec, EnvSpec, RunSpec, StoreSpec, run
 from agentenvs.rollout.collect.event_loop import GRACE_VAR, run_bounded
@@ -130,6 +131,10 @@ def _overrides(env: str) -> dict:
 
     if env == "openenv":
         return {"url": "http://127.0.0.1:9", "connect_timeout": 1.0}
+    if env == "ors":  # an ORS server nobody started: its groups fail to connect
+        return {"url": "http://127.0.0.1:9", "environment": "none", "episodes": 1}
+    if env == "harbor":  # the Harbor-format tasks the harbor tests use
+        return {"tasks": str(REPO / "tests" / "envs" / "harbor" / "tasks")}
     return demo_overrides(env)
 
 
