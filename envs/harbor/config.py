@@ -20,6 +20,7 @@ from pydantic import Field, PrivateAttr
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
+from agentenvs.envs.requirements import Requirement, extra
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.tool_calls import CallFormat
 from agentenvs.sandbox.base import SandboxConfig
@@ -56,6 +57,10 @@ class HarborConfig(EnvConfig):
     )
     limits: Limits = Field(default_factory=lambda: Limits(max_turns=16))
     _loaded: list = PrivateAttr(default_factory=list)
+
+    def requirements(self) -> tuple[Requirement, ...]:
+        """Nothing beyond the core for the local sandbox; the docker client for docker."""
+        return extra("docker", "docker") if self.sandbox.backend == "docker" else ()
 
     def task_dirs(self) -> list[Path]:
         root = Path(self.tasks)

@@ -141,3 +141,22 @@ async def test_our_adapter_plays_our_ors_server_and_check_passes(served, tokeniz
             ]
     report = check_file(store.path, tokenizer=tokenizer)
     assert [f for f in report.findings if f.status == "fail"] == []
+
+
+async def test_a_text_episode_whose_start_fails_holds_nothing_open():
+    """The shared text-wire episode (ORS and OpenEnv servers) awaits the task's ``start``
+    and, when it fails, closes the task and holds none: a served ``ors`` environment
+    whose own ORS server is down refuses the next step instead of stepping a half-open
+    task."""
+    from support.env_servers import free_port
+
+    from agentenvs.envs.ors.adapter import ORSUnreachable
+    from agentenvs.envs.serving.text_episode import EpisodeRefused, TextEpisode
+
+    config = make("ors", url=f"http://127.0.0.1:{free_port()}", environment="x", episodes=1)
+    episode = TextEpisode(config)
+    with pytest.raises(ORSUnreachable):
+        await episode.start(0, "train")
+    assert episode.task is None
+    with pytest.raises(EpisodeRefused, match="start one first"):
+        await episode.step("hi", "stop")
