@@ -48,6 +48,7 @@ class StepSocket:
         self._socket: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._writer: asyncio.Task[None] | None = None
+        self._writing = False
         self._opening = asyncio.Lock()
 
     async def call(self, op: str, env_id: str, body: Any, timeout: float) -> Any:
@@ -56,7 +57,13 @@ class StepSocket:
                              allow_nan=True).encode()  # fmt: skip
         future: asyncio.Future[dict[str, Any]] = self.loop.create_future()
         self._waiting[ident], self._sent[ident] = future, payload
-        self._send(payload)
+        socket = self._socket
+        if socket is not None and not self._outgoing and not self._writing:
+            # Alone at this moment on an open socket: sent now, with no task between.
+            with contextlib.suppress(Exception):  # a broken socket: the reader resends
+                await socket.send(payload)
+        else:
+            self._send(payload)
         try:
             reply = await asyncio.wait_for(future, timeout)
         finally:
@@ -86,9 +93,13 @@ class StepSocket:
             except Exception as err:  # unreachable after the retries: nobody gets an answer
                 self._fail_waiting(err)
                 continue
-            with contextlib.suppress(Exception):
-                for frame in _frames(payloads):
-                    await socket.send(frame)
+            self._writing = True
+            try:
+                with contextlib.suppress(Exception):
+                    for frame in _frames(payloads):
+                        await socket.send(frame)
+            finally:
+                self._writing = False
 
     async def _open(self) -> Any:
         if self._socket is not None:
