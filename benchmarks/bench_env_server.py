@@ -55,6 +55,8 @@ from support.env_servers import ProcessServer
 
 from agentenvs.envs.registry import make
 from agentenvs.envs.remote import RemoteDataset
+from agentenvs.envs.types import TokensWithLogprobs
+from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.tokenizer import load_tokenizer
 
 ENVS = {"guess_number": {}, "alfworld": {"data": "shipped"}}
@@ -367,6 +369,39 @@ async def held(url, pid, tokenizer, counts: list[int], seconds: float) -> list[d
     return rows
 
 
+class FixedGuess:
+    """A policy that always guesses 50 (every episode runs to ``max_turns``): what a
+    model costs is left out, the collector's and the env's work stays."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokens = tokenizer.encode(FIXED_GUESS + "<|im_end|>", add_special_tokens=False)
+
+    async def __call__(self, ob, stop, *, max_tokens=None) -> TokensWithLogprobs:
+        return TokensWithLogprobs(list(self.tokens), [-0.1] * len(self.tokens), "eos")
+
+
+async def rollout_rate(url, pid, tokenizer, groups: int, concurrency: int) -> dict:
+    """``collect`` itself, in process and against the server: groups of 4 guess_number
+    episodes of 8 turns, each group opened, played, scored and closed (the per-group
+    cost, a group's HTTP calls, counts here as it does in a run)."""
+    config = {"limits": {"max_turns": 8}}
+    local = make("guess_number", **config).dataset(tokenizer, group_size=4, n_groups=groups)
+    remote = RemoteDataset.open(url, "guess_number", group_size=4, config=config,
+                                n_groups=groups, tokenizer=tokenizer)  # fmt: skip
+    rows = {}
+    for name, builders, meter in (
+        ("in process", [b for i in range(len(local)) for b in local.get_batch(i)], Meter(None)),
+        ("remote", remote.builders, Meter(pid)),
+    ):
+        with meter.window():
+            result = await collect(builders, FixedGuess(tokenizer), concurrency=concurrency,
+                                   progress=False)  # fmt: skip
+        assert not result.failed, [r.error for r in result.failed]
+        meter.steps = sum(len(t.transitions) for r in result.ok for t in r.group.trajectories)
+        rows[name] = {**meter.row(), "groups_per_s": groups / meter.wall}
+    return rows
+
+
 def _show(label: str, row: dict[str, float]) -> None:
     print(label, {k: round(v, 3) for k, v in row.items()}, flush=True)
 
@@ -386,6 +421,10 @@ def fast_targets(args) -> None:
                 _show(f"{transport} x{args.concurrency}:", remote)
                 _show("in process:", asyncio.run(local_rate(tokenizer, args.concurrency,
                                                             args.seconds)))  # fmt: skip
+        for _ in range(args.repeats):
+            rows = asyncio.run(rollout_rate(server.url, pid, tokenizer, 256, args.concurrency))
+            for name, row in rows.items():
+                _show(f"collect, {name}:", row)
         for transport in args.transports.split(","):
             row = asyncio.run(overhead(server.url, pid, tokenizer, 5, args.seconds / 4, transport))
             _show(f"{transport} one episode, per step:", row)
