@@ -6,10 +6,16 @@ one env server process holds before p99 step latency doubles.
 
 Part 0 (``--fast``, issue 44): guess_number steps per second of one server process, with
 ``--concurrency`` episodes stepping back to back from one client process on the same
-cores, over HTTP (a request per step) and over the WebSocket fast path (``/v1/ws``),
-beside the same loop in process; the per-step overhead (sequential, one episode:
-mean remote step minus mean in-process step, interleaved rounds); and the probe's p99
-with 4,096 and 10,000 sessions held open against its p99 with none.
+cores, over the WebSocket fast path (``/v1/ws``, calls batched per frame) and over HTTP
+(a request per step), beside the same loop in process, interleaved ``--repeats`` times;
+the per-step overhead (sequential, one episode: each step a round trip, interleaved
+rounds); and the probe's p99 with 4,096 and 10,000 sessions held open against its p99
+with none. Wall rates move with the machine's load; **CPU time per step** does much
+less, so each row also gives the server process's CPU seconds per step (every thread,
+from ``/proc/<pid>/task/*/schedstat``), this client process's, and the in-process
+loop's, and what two idle cores would allow at those CPU costs
+(``two_core_steps_per_s = min(1 / server, 2 / (server + client))``: the server's one
+event loop uses at most one core).
 
 Part 1, per step: the scripted oracle plays ``--episodes`` episodes of guess_number
 and of ALFWorld (the shipped games) in this process (``config.make_env``) and through
@@ -32,19 +38,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+import httpx
 from support.env_servers import ProcessServer
 
 from agentenvs.envs.registry import make
 from agentenvs.envs.remote import RemoteDataset
+from agentenvs.envs.types import TokensWithLogprobs
+from agentenvs.rollout.collect.collector import collect
 from agentenvs.rollout.tokenizer import load_tokenizer
 
 ENVS = {"guess_number": {}, "alfworld": {"data": "shipped"}}
@@ -179,6 +191,53 @@ FIXED_GUESS = "<guess>50</guess>"
 LONG = {"limits": {"max_turns": 30}}
 
 
+def server_cpu(pid: int) -> float:
+    """CPU seconds of every thread of process ``pid`` (``schedstat``: nanoseconds, so a
+    short window is measured exactly; ``/proc/<pid>/stat`` counts 10 ms ticks)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+@dataclass
+class Meter:
+    """Wall time and CPU time (the server process's, this client process's) of a window."""
+
+    pid: int | None
+    wall: float = 0.0
+    server: float = 0.0
+    client: float = 0.0
+    steps: int = 0
+
+    @contextlib.contextmanager
+    def window(self) -> Iterator[None]:
+        server = server_cpu(self.pid) if self.pid else 0.0
+        client, wall = time.process_time(), time.perf_counter()
+        try:
+            yield
+        finally:
+            self.wall += time.perf_counter() - wall
+            self.client += time.process_time() - client
+            if self.pid:
+                self.server += server_cpu(self.pid) - server
+
+    def row(self) -> dict[str, float]:
+        n = max(self.steps, 1)
+        row = {"steps": self.steps, "steps_per_s": self.steps / max(self.wall, 1e-9),
+               "client_cpu_ms": self.client / n * 1e3}  # fmt: skip
+        if self.pid:
+            row["server_cpu_ms"] = self.server / n * 1e3
+            row["cpu_ms"] = row["server_cpu_ms"] + row["client_cpu_ms"]
+            # Two cores: the server's one event loop is one core's work at most, and the
+            # pair shares two; what the CPU time per step allows if nothing else ran.
+            row["two_core_steps_per_s"] = min(1e3 / row["server_cpu_ms"], 2e3 / row["cpu_ms"])
+        else:
+            row["cpu_ms"] = row["client_cpu_ms"]
+        return row
+
+
 async def _fixed_steps(env, action: list[int], seconds: float, times: list[float]) -> int:
     """Step ``env`` with one fixed wrong guess until ``seconds`` pass or it ends (only the
     stepping is timed: opening episodes is not a step)."""
@@ -194,65 +253,75 @@ async def _fixed_steps(env, action: list[int], seconds: float, times: list[float
     return done
 
 
-async def local_rate(tokenizer, concurrency: int, seconds: float) -> float:
+async def local_rate(tokenizer, concurrency: int, seconds: float) -> dict[str, float]:
+    """``concurrency`` episodes in this process, back to back: the same loop as remote."""
     made = make("guess_number", **LONG)
     action = tokenizer.encode(FIXED_GUESS, add_special_tokens=False)
-    steps, stepping = 0, 0.0
-    while stepping < seconds:
+    meter = Meter(None)
+    while meter.wall < seconds:
         envs = [made.make_env(i % 64, tokenizer) for i in range(concurrency)]
         for env in envs:
             await env.initial_observation()
-        started = time.monotonic()
-        counts = await asyncio.gather(*(_fixed_steps(e, action, seconds, []) for e in envs))
-        stepping += time.monotonic() - started
-        steps += sum(counts)
-    return steps / stepping
+        with meter.window():
+            counts = await asyncio.gather(*(_fixed_steps(e, action, seconds, []) for e in envs))
+        meter.steps += sum(counts)
+    return meter.row()
 
 
-async def remote_rate(url, tokenizer, concurrency: int, seconds: float, transport: str):
+async def remote_rate(url, pid, tokenizer, concurrency: int, seconds: float, transport: str):
+    """The same loop against the server: ``concurrency`` groups of one episode each."""
     dataset = RemoteDataset.open(url, "guess_number", group_size=1, config=LONG,
                                  n_groups=concurrency, tokenizer=tokenizer)  # fmt: skip
     action = tokenizer.encode(FIXED_GUESS, add_special_tokens=False)
-    steps, times, stepping = 0, [], 0.0
-    while stepping < seconds:
+    meter = Meter(pid)
+    times: list[float] = []
+    while meter.wall < seconds:
         envs = []
         for builder in dataset.builders:
             (env,) = await builder.make_envs()
             env.connection.transport = transport
             envs.append(env)
         await asyncio.gather(*(e.initial_observation() for e in envs))
-        started = time.monotonic()
-        counts = await asyncio.gather(*(_fixed_steps(e, action, seconds, times) for e in envs))
-        stepping += time.monotonic() - started
-        steps += sum(counts)
+        with meter.window():
+            counts = await asyncio.gather(*(_fixed_steps(e, action, seconds, times) for e in envs))
+        meter.steps += sum(counts)
         await asyncio.gather(*(b.cleanup() for b in dataset.builders))
-    return steps / stepping, times
+    return {**meter.row(), "p99_ms": pct(times, 0.99) * 1e3}
 
 
-async def overhead(url, tokenizer, rounds: int, seconds: float, transport: str) -> dict:
-    """One episode at a time, remote and in process interleaved round by round."""
+async def overhead(url, pid, tokenizer, rounds: int, seconds: float, transport: str) -> dict:
+    """One episode at a time (each step a round trip, nothing to batch), remote and in
+    process interleaved round by round: wall and CPU time per step of each."""
     made = make("guess_number", **LONG)
     action = tokenizer.encode(FIXED_GUESS, add_special_tokens=False)
     dataset = RemoteDataset.open(url, "guess_number", group_size=1, config=LONG, n_groups=1,
                                  tokenizer=tokenizer)  # fmt: skip
     builder = dataset.builders[0]
-    local, remote = [], []
+    local, remote = Meter(None), Meter(pid)
+    local_times: list[float] = []
+    remote_times: list[float] = []
     for _ in range(rounds):
         env = made.make_env(0, tokenizer)
         await env.initial_observation()
-        await _fixed_steps(env, action, seconds, local)
+        with local.window():
+            local.steps += await _fixed_steps(env, action, seconds, local_times)
         (renv,) = await builder.make_envs()
         renv.connection.transport = transport
         await renv.initial_observation()
-        await _fixed_steps(renv, action, seconds, remote)
+        with remote.window():
+            remote.steps += await _fixed_steps(renv, action, seconds, remote_times)
         await builder.cleanup()
-    return {"local_mean_ms": statistics.mean(local) * 1e3,
-            "remote_mean_ms": statistics.mean(remote) * 1e3,
-            "remote_p99_ms": pct(remote, 0.99) * 1e3,
-            "overhead_ms": (statistics.mean(remote) - statistics.mean(local)) * 1e3}  # fmt: skip
+    mine, theirs = local.row(), remote.row()
+    return {"local_mean_ms": statistics.mean(local_times) * 1e3,
+            "remote_mean_ms": statistics.mean(remote_times) * 1e3,
+            "remote_p99_ms": pct(remote_times, 0.99) * 1e3,
+            "wall_overhead_ms": (statistics.mean(remote_times) - statistics.mean(local_times)) * 1e3,
+            "local_cpu_ms": mine["cpu_ms"], "server_cpu_ms": theirs["server_cpu_ms"],
+            "client_cpu_ms": theirs["client_cpu_ms"],
+            "cpu_overhead_ms": theirs["cpu_ms"] - mine["cpu_ms"]}  # fmt: skip
 
 
-async def held(url, tokenizer, counts: list[int], seconds: float) -> list[dict]:
+async def held(url, pid, tokenizer, counts: list[int], seconds: float) -> list[dict]:
     """The probe's step p99 (WebSocket) with ``count`` sessions held open, and alone."""
     most = max(counts)
     dataset = RemoteDataset.open(url, "guess_number", group_size=1, n_groups=most + 1,
@@ -260,54 +329,107 @@ async def held(url, tokenizer, counts: list[int], seconds: float) -> list[dict]:
     probe_builder, others = dataset.builders[0], dataset.builders[1:]
     action = tokenizer.encode(FIXED_GUESS, add_special_tokens=False)
 
-    async def probe() -> list[float]:
+    async def probe() -> tuple[list[float], Meter]:
         times: list[float] = []
+        meter = Meter(pid)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             (env,) = await probe_builder.make_envs()
             await env.initial_observation()
-            await _fixed_steps(env, action, deadline - time.monotonic(), times)
+            with meter.window():
+                meter.steps += await _fixed_steps(env, action, deadline - time.monotonic(), times)
             await probe_builder.cleanup()
-        return times
+        return times, meter
 
     await probe()  # warm-up
     rows = []
     for count in counts:
-        opened = []
-        for builder in others[:count]:
-            (env,) = await builder.make_envs()
-            await env.initial_observation()
-            await env.connection.aclose()  # a held session costs the server state, not a socket
-            opened.append(builder)
-        with_held = await probe()
-        for builder in opened:
-            await builder.cleanup()  # DELETE over a fresh HTTP client
-        alone_before = await probe()
-        row = {"sessions": count, "held_p50_ms": pct(with_held, 0.5) * 1e3,
-               "held_p99_ms": pct(with_held, 0.99) * 1e3,
-               "alone_p99_ms": pct(alone_before, 0.99) * 1e3}  # fmt: skip
+        opened, started = [], time.monotonic()
+        for first in range(0, count, 256):  # open them 256 at a time
+            batch = others[first : min(count, first + 256)]
+            envs = await asyncio.gather(*(b.make_envs() for b in batch))
+            await asyncio.gather(*(e.initial_observation() for (e,) in envs))
+            # A held session costs the server its state, not a connection of its own.
+            await asyncio.gather(*(e.connection.aclose() for (e,) in envs))
+            opened += batch
+        opening = time.monotonic() - started
+        holding = httpx.get(f"{url}/health").json()["groups"]
+        with_held, held_meter = await probe()
+        for first in range(0, len(opened), 256):
+            await asyncio.gather(*(b.cleanup() for b in opened[first : first + 256]))
+        alone, alone_meter = await probe()
+        row = {"sessions": count, "server_holds": holding, "opened_in_s": opening,
+               "held_p50_ms": pct(with_held, 0.5) * 1e3, "held_p99_ms": pct(with_held, 0.99) * 1e3,
+               "alone_p99_ms": pct(alone, 0.99) * 1e3,
+               "held_server_cpu_ms": held_meter.row()["server_cpu_ms"],
+               "alone_server_cpu_ms": alone_meter.row()["server_cpu_ms"]}  # fmt: skip
         row["held_x"] = row["held_p99_ms"] / row["alone_p99_ms"]
         rows.append(row)
-        print({k: round(v, 3) for k, v in row.items()}, flush=True)
+        print("held", {k: round(v, 3) for k, v in row.items()}, flush=True)
     return rows
+
+
+class FixedGuess:
+    """A policy that always guesses 50 (every episode runs to ``max_turns``): what a
+    model costs is left out, the collector's and the env's work stays."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokens = tokenizer.encode(FIXED_GUESS + "<|im_end|>", add_special_tokens=False)
+
+    async def __call__(self, ob, stop, *, max_tokens=None) -> TokensWithLogprobs:
+        return TokensWithLogprobs(list(self.tokens), [-0.1] * len(self.tokens), "eos")
+
+
+async def rollout_rate(url, pid, tokenizer, groups: int, concurrency: int) -> dict:
+    """``collect`` itself, in process and against the server: groups of 4 guess_number
+    episodes of 8 turns, each group opened, played, scored and closed (the per-group
+    cost, a group's HTTP calls, counts here as it does in a run)."""
+    config = {"limits": {"max_turns": 8}}
+    local = make("guess_number", **config).dataset(tokenizer, group_size=4, n_groups=groups)
+    remote = RemoteDataset.open(url, "guess_number", group_size=4, config=config,
+                                n_groups=groups, tokenizer=tokenizer)  # fmt: skip
+    rows = {}
+    for name, builders, meter in (
+        ("in process", [b for i in range(len(local)) for b in local.get_batch(i)], Meter(None)),
+        ("remote", remote.builders, Meter(pid)),
+    ):
+        with meter.window():
+            result = await collect(builders, FixedGuess(tokenizer), concurrency=concurrency,
+                                   progress=False)  # fmt: skip
+        assert not result.failed, [r.error for r in result.failed]
+        meter.steps = sum(len(t.transitions) for r in result.ok for t in r.group.trajectories)
+        rows[name] = {**meter.row(), "groups_per_s": groups / meter.wall}
+    return rows
+
+
+def _show(label: str, row: dict[str, float]) -> None:
+    print(label, {k: round(v, 3) for k, v in row.items()}, flush=True)
 
 
 def fast_targets(args) -> None:
     tokenizer = load_tokenizer("builtin")
-    counts = [int(c) for c in args.held.split(",")]
-    server = ProcessServer(["guess_number"],
-                           extra=["--max-groups", str(max(counts) + 64)]).start()  # fmt: skip
+    counts = [int(c) for c in args.held.split(",") if c]
+    limits = ["--max-groups", str(max(counts, default=0) + 64), "--idle-timeout", "7200"]
+    server = ProcessServer(["guess_number"], extra=limits).start()
+    assert server.process is not None
+    pid = server.process.pid
     try:
-        for transport in ("http", "ws"):
-            rate, _ = asyncio.run(
-                remote_rate(server.url, tokenizer, args.concurrency, args.seconds, transport)
-            )
-            local = asyncio.run(local_rate(tokenizer, args.concurrency, args.seconds))
-            print(f"{transport}: {rate:.0f} steps/s remote, {local:.0f} steps/s in process "
-                  f"(concurrency {args.concurrency})", flush=True)  # fmt: skip
-            row = asyncio.run(overhead(server.url, tokenizer, 5, args.seconds / 4, transport))
-            print(transport, "per step:", {k: round(v, 3) for k, v in row.items()}, flush=True)
-        asyncio.run(held(server.url, tokenizer, counts, args.seconds))
+        for transport in args.transports.split(","):
+            for _ in range(args.repeats):  # remote and in process interleaved
+                remote = asyncio.run(remote_rate(server.url, pid, tokenizer, args.concurrency,
+                                                 args.seconds, transport))  # fmt: skip
+                _show(f"{transport} x{args.concurrency}:", remote)
+                _show("in process:", asyncio.run(local_rate(tokenizer, args.concurrency,
+                                                            args.seconds)))  # fmt: skip
+        for _ in range(args.repeats):
+            rows = asyncio.run(rollout_rate(server.url, pid, tokenizer, 256, args.concurrency))
+            for name, row in rows.items():
+                _show(f"collect, {name}:", row)
+        for transport in args.transports.split(","):
+            row = asyncio.run(overhead(server.url, pid, tokenizer, 5, args.seconds / 4, transport))
+            _show(f"{transport} one episode, per step:", row)
+        if counts:
+            asyncio.run(held(server.url, pid, tokenizer, counts, args.seconds))
     finally:
         server.stop()
 
@@ -320,7 +442,9 @@ def main() -> None:
     parser.add_argument("--max-active", type=int, default=64)
     parser.add_argument("--fast", action="store_true", help="issue 44's targets only")
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--held", default="4096,10000", help="held-session counts")
+    parser.add_argument("--held", default="4096,10000", help="held-session counts ('' none)")
+    parser.add_argument("--transports", default="ws,http")
+    parser.add_argument("--repeats", type=int, default=2, help="--fast rate rows per transport")
     args = parser.parse_args()
     tokenizer = load_tokenizer("builtin")
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())

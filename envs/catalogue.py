@@ -124,6 +124,19 @@ SHIPPED: dict[str, EnvCard] = {
             "Questions answered with tools from MCP servers (stdio or streamable HTTP).",
             requires=extra("mcp", "mcp"),
         ),
+        EnvCard(
+            "ors",
+            "agentenvs.envs.ors.config:ORSConfig",
+            "agentenvs/ORS-v0",
+            "Any ORS environment (its sessions and tools), played by a tool-calling model.",
+            requires=extra("ors", "aiohttp", "openreward"),
+        ),
+        EnvCard(
+            "harbor",
+            "agentenvs.envs.harbor.config:HarborConfig",
+            "agentenvs/Harbor-v0",
+            "Harbor-format tasks, solved with shell commands and scored by their own tests.",
+        ),
     )
 }
 """The cards of the environments agentenvs ships, by name (checked against the classes)."""

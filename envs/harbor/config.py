@@ -20,6 +20,7 @@ from pydantic import Field, PrivateAttr
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
+from agentenvs.envs.requirements import Requirement, extra
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.tool_calls import CallFormat
 from agentenvs.sandbox.base import SandboxConfig
@@ -60,6 +61,10 @@ class HarborConfig(EnvConfig):
     @property
     def tool_call_format(self) -> str:
         return str(self.tool_format)
+
+    def requirements(self) -> tuple[Requirement, ...]:
+        """Nothing beyond the core for the local sandbox; the docker client for docker."""
+        return extra("docker", "docker") if self.sandbox.backend == "docker" else ()
 
     def task_dirs(self) -> list[Path]:
         root = Path(self.tasks)

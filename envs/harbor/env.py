@@ -17,8 +17,8 @@ from typing import Any
 from agentenvs.envs.harbor.config import HarborConfig
 from agentenvs.envs.harbor.task import HarborTask
 from agentenvs.envs.harbor.workspace import Verdict, Workspace
-from agentenvs.envs.rendered_env import ConnectedRenderedEnv, ConnectedTextEnv
-from agentenvs.envs.text import Message, TextStep
+from agentenvs.envs.rendered_env import RenderedEnv
+from agentenvs.envs.text import Message, TextEnv, TextStep
 from agentenvs.envs.tool_calls import ToolCallAttempt, ToolOutcome, parse, step_logs, tools_of
 from agentenvs.envs.types import Metrics, SamplerStopReason, StopReason
 
@@ -44,7 +44,7 @@ def shown_output(code: int | None, stdout: str, stderr: str, limit: int) -> str:
     return f"[exit {code}]\n{text}" if text else f"[exit {code}]"
 
 
-class HarborTextEnv(ConnectedTextEnv):
+class HarborTextEnv(TextEnv):
     """One Harbor task episode; :meth:`start` lays out its files in the sandbox."""
 
     def __init__(self, config: HarborConfig, task: HarborTask) -> None:
@@ -169,8 +169,8 @@ class HarborTextEnv(ConnectedTextEnv):
         self.workspace = None  # the sandbox is shared; the episode's files lived in runs
 
 
-class HarborRenderedEnv(ConnectedRenderedEnv):
-    """Lays out the task's files before the prompt is rendered."""
+class HarborRenderedEnv(RenderedEnv):
+    """A Harbor episode at the token level, named for its task in records."""
 
     task: HarborTextEnv
 

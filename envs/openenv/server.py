@@ -40,8 +40,7 @@ from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.envs.openenv.models import TextAction, TextObservation
 from agentenvs.envs.openenv.running import RunningServer, serve_app
-from agentenvs.envs.text import Message, TextEnv, TextStep
-from agentenvs.envs.types import StopReason
+from agentenvs.envs.serving.text_episode import EpisodeRefused, TextEpisode, as_messages, plain_text
 
 logger = logging.getLogger(__name__)
 
@@ -52,29 +51,16 @@ class OpenEnvRequestError(AgentEnvsError, ValueError):
     """A reset or step the served environment cannot take; the message says why."""
 
 
-def _as_messages(observation: str | Message | list[Message] | None) -> list[Message]:
-    if observation is None:
-        return []
-    if isinstance(observation, str):
-        return [{"role": "user", "content": observation}]
-    if isinstance(observation, dict):
-        return [dict(observation)]
-    return [dict(m) for m in observation]
-
-
-def _plain_text(observation: str | Message | list[Message] | None) -> str:
-    if isinstance(observation, str):
-        return observation
-    return "\n".join(str(m.get("content", "")) for m in _as_messages(observation))
-
-
 class TextEnvironment(Environment[TextAction, TextObservation, State]):
     """An OpenEnv ``Environment`` playing episodes of one registered :class:`TextEnv`.
 
-    OpenEnv calls the factory in a worker thread and for every stateless request
-    (``/state``, ``/metadata``, ``/reset``), so construction only stores the config;
-    the task is made by :meth:`reset_async`, on the server's event loop, where the
-    task's async clients (a sandbox pool, a retriever) live.
+    The episode's rules (start, the text limits, the ending) are the shared
+    :class:`~agentenvs.envs.serving.text_episode.TextEpisode`'s, as on the ORS wire;
+    this class speaks OpenEnv around it. OpenEnv calls the factory in a worker thread
+    and for every stateless request (``/state``, ``/metadata``, ``/reset``), so
+    construction only stores the config; the task is made by :meth:`reset_async`, on
+    the server's event loop, where the task's async clients (a sandbox pool, a
+    retriever) live.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
@@ -84,11 +70,7 @@ class TextEnvironment(Environment[TextAction, TextObservation, State]):
         self.config = config
         self.env_name = env_name
         self.split = split
-        self.task: TextEnv | None = None
-        self.task_id = ""
-        self.turns = 0
-        self.done = False
-        self._stops: list[str] = []
+        self.episode = TextEpisode(config)
         self._episode_id: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -109,57 +91,50 @@ class TextEnvironment(Environment[TextAction, TextObservation, State]):
             )
         split = split or self.split
         self.config.check_split(split)
-        total = self.config.num_tasks(split)
-        index = task_index if task_index is not None else (seed or 0) % total
-        if not 0 <= index < total:
-            raise OpenEnvRequestError(
-                f"task_index {index} out of range: split {split!r} of {self.env_name} has "
-                f"{total} tasks"
-            )
-        await self._close_task()
+        index = task_index if task_index is not None else (seed or 0) % self.config.num_tasks(split)
         self._loop = asyncio.get_running_loop()
-        self.task = self.config.make_text_env(index, split)
-        self.task_id = self.config.task_id(index, split)
-        self.turns, self.done = 0, False
         self._episode_id = episode_id or str(uuid4())
-        await self.task.start()  # tasks that open an engine first (ALFWorld leases a worker)
-        messages = list(self.task.initial_messages())
-        self._stops = list(self.task.stop_sequences())
+        try:
+            messages = await self.episode.start(index, split)
+        except EpisodeRefused as err:
+            raise OpenEnvRequestError(f"{self.env_name}: {err}") from None
         return TextObservation(
-            text=_plain_text(messages),
+            text=plain_text(messages),
             messages=messages,
-            tools=self.task.tools(),
-            stop=list(self._stops),
+            tools=self.episode.tools,
+            stop=list(self.episode.stops),
             renderer=self.config.renderer_kind,
-            task_id=self.task_id,
+            task_id=self.episode.task_id,
         )
 
     async def step_async(
         self, action: TextAction, timeout_s: float | None = None, **kwargs: Any
     ) -> TextObservation:
-        if self.done:
-            raise HTTPException(409, f"episode {self.task_id} is over; reset to start another")
-        if self.task is None:
+        episode = self.episode
+        if episode.done:
+            raise HTTPException(409, f"episode {episode.task_id} is over; reset to start another")
+        if episode.task is None:
             raise HTTPException(
                 409,
                 "no episode to step: OpenEnv's HTTP /step is stateless; play an episode "
                 "over the WebSocket session (/ws), reset first",
             )
-        self.turns += 1
-        limits = self.config.limits
-        if action.stop_reason == "length" and limits.on_truncated_action == "end":
-            # As RenderedEnv does: a cut-off action ends the episode unjudged.
-            return await self._end(
-                TextStep(reward=limits.truncation_reward), str(StopReason.MAX_TOKENS), True
-            )
-        result = await self.task.step(action.text, stop_reason=action.stop_reason)
-        if result.done:
-            return await self._end(result, result.stop_reason or str(StopReason.COMPLETED))
-        if self.turns >= limits.max_turns:
-            return await self._end(result, str(StopReason.MAX_TURNS), True)
-        if result.next_stop is not None:
-            self._stops = list(result.next_stop)
-        return self._observation(result, done=False)
+        played = await episode.step(action.text, action.stop_reason)
+        result = played.step
+        return TextObservation(
+            text=plain_text(result.observation),
+            messages=as_messages(result.observation),
+            raw_text=isinstance(result.observation, str),
+            stop=played.stops,
+            renderer=self.config.renderer_kind,
+            task_id=episode.task_id,
+            turn=played.turn,
+            stop_reason=played.stop_reason,
+            metrics={k: float(v) for k, v in result.metrics.items()},
+            logs=dict(result.logs),
+            reward=float(result.reward),
+            done=played.done,
+        )
 
     # ---- the sync API OpenEnv's base class requires ---------------------------------
     def reset(
@@ -176,10 +151,10 @@ class TextEnvironment(Environment[TextAction, TextObservation, State]):
     def state(self) -> State:
         return State(
             episode_id=self._episode_id,
-            step_count=self.turns,
+            step_count=self.episode.turns,
             env_name=self.env_name,
-            task_id=self.task_id,
-            done=self.done,
+            task_id=self.episode.task_id,
+            done=self.episode.done,
         )
 
     def get_metadata(self) -> EnvironmentMetadata:
@@ -194,7 +169,7 @@ class TextEnvironment(Environment[TextAction, TextObservation, State]):
     def close(self) -> None:
         """OpenEnv closes synchronously, from its loop or a worker thread; the task's
         close is async, so it is scheduled on the loop the episode ran on."""
-        task, self.task = self.task, None
+        task = self.episode.release()
         if task is None:
             return
         loop = self._loop
@@ -208,45 +183,6 @@ class TextEnvironment(Environment[TextAction, TextObservation, State]):
             asyncio.run_coroutine_threadsafe(task.close(), loop)
         else:
             asyncio.run(task.close())
-
-    # ---- helpers ----------------------------------------------------------------------
-    async def _close_task(self) -> None:
-        task, self.task = self.task, None
-        if task is not None:
-            await task.close()
-
-    async def _end(self, result: TextStep, reason: str, by_limit: bool = False) -> TextObservation:
-        if by_limit and self.task is not None:
-            ending = self.task.on_limit(reason)
-            if ending is not None:
-                result = TextStep(
-                    observation=result.observation,
-                    reward=result.reward + ending.reward,
-                    metrics={**ending.metrics, **result.metrics},
-                    logs={**ending.logs, **result.logs},
-                )
-        self.done = True
-        observation = self._observation(result, done=True, stop_reason=reason)
-        await self._close_task()
-        return observation
-
-    def _observation(
-        self, result: TextStep, *, done: bool, stop_reason: str | None = None
-    ) -> TextObservation:
-        return TextObservation(
-            text=_plain_text(result.observation),
-            messages=_as_messages(result.observation),
-            raw_text=isinstance(result.observation, str),
-            stop=[] if done else list(self._stops),
-            renderer=self.config.renderer_kind,
-            task_id=self.task_id,
-            turn=self.turns,
-            stop_reason=stop_reason,
-            metrics={k: float(v) for k, v in result.metrics.items()},
-            logs=dict(result.logs),
-            reward=float(result.reward),
-            done=done,
-        )
 
 
 class _SessionGuard:

@@ -24,15 +24,25 @@ tool message.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentenvs.envs.errors import AgentEnvsError, TransientError
-from agentenvs.envs.rendered_env import ConnectedRenderedEnv, ConnectedTextEnv
-from agentenvs.envs.text import Message, TextStep
+from agentenvs.envs.rendered_env import RenderedEnv
+from agentenvs.envs.text import Message, TextEnv, TextStep
 from agentenvs.envs.tool_calls import ToolCallAttempt, ToolOutcome, parse, step_logs, tools_of
 from agentenvs.envs.types import Metrics, SamplerStopReason, StopReason
 
 if TYPE_CHECKING:
+    from openreward import AsyncEnvironmentsAPI
+    from openreward.api.environments.client import AsyncSession
+    from openreward.api.environments.types import (
+        MessageBlock,
+        TerminalToolSpec,
+        ToolOutput,
+        ToolSpec,
+    )
+
     from agentenvs.envs.ors.config import ORSConfig
 
 
@@ -44,7 +54,7 @@ class ORSToolFailed(AgentEnvsError, RuntimeError):
     """A tool's own code raised on the ORS server; the message is the server's."""
 
 
-def chat_tool(spec: Any) -> dict[str, Any]:
+def chat_tool(spec: ToolSpec) -> dict[str, Any]:
     """An ORS ``ToolSpec`` as the chat template's function tool."""
     parameters = dict(spec.input_schema or {"type": "object", "properties": {}})
     parameters.pop("title", None)
@@ -54,15 +64,22 @@ def chat_tool(spec: Any) -> dict[str, Any]:
     }
 
 
-def blocks_text(blocks: Any) -> tuple[str, int]:
-    """The text of ORS content blocks and how many images were left out (text-only
-    renderers cannot show them)."""
+def blocks_text(blocks: Sequence[MessageBlock]) -> tuple[str, int]:
+    """The text of ORS content blocks (the SDK client's block classes) and how many images
+    were left out: a text renderer cannot show an image, a reasoning segment or a tool call
+    of the prompt's history, so each leaves a placeholder; a tool result shows its own blocks."""
+    from openreward.api.environments.types import ImageBlock, TextBlock, ToolResultBlock
+
     texts, images = [], 0
     for block in blocks:
-        if getattr(block, "type", "text") == "text":
+        if isinstance(block, TextBlock):
             texts.append(block.text)
+        elif isinstance(block, ToolResultBlock):
+            inner, inner_images = blocks_text(block.blocks)
+            texts.append(inner)
+            images += inner_images
         else:
-            images += 1
+            images += isinstance(block, ImageBlock)
             texts.append(f"[{block.type} omitted]")
     return "\n".join(texts), images
 
@@ -75,19 +92,19 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
             TimeoutError)  # fmt: skip
 
 
-class ORSTextEnv(ConnectedTextEnv):
-    """One episode of an ORS environment. :meth:`start` opens the session and reads the
-    prompt and tools; :class:`ORSRenderedEnv` runs it before rendering."""
+class ORSTextEnv(TextEnv):
+    """One episode of an ORS environment. :meth:`start` (which every driver awaits before
+    the prompt) opens the session and reads the prompt and tools."""
 
     def __init__(self, config: ORSConfig, split: str, task_index: int) -> None:
         self.config = config
         self.split = split
         self.task_index = task_index
-        self.api: Any = None
-        self.session: Any = None
+        self.api: AsyncEnvironmentsAPI | None = None
+        self.session: AsyncSession | None = None
         self.messages: list[Message] = []
         self.specs: list[dict[str, Any]] = []
-        self.terminal: Any = None
+        self.terminal: TerminalToolSpec | None = None
         self.turns = 0
 
     async def start(self) -> None:
@@ -167,10 +184,12 @@ class ORSTextEnv(ConnectedTextEnv):
                             stop_reason=StopReason.COMPLETED, metrics=metrics, logs=logs)  # fmt: skip
         return TextStep(observation=replies, reward=reward, metrics=metrics, logs=logs)
 
-    async def _call(self, name: str, arguments: dict[str, Any]) -> tuple[Any, str]:
+    async def _call(self, name: str, arguments: dict[str, Any]) -> tuple[ToolOutput | None, str]:
         """The tool's output, or None and why the server refused the call."""
         from openreward.api.errors import ToolCallError, ToolFailed
 
+        if self.session is None:
+            raise RuntimeError("ORSTextEnv.start() must run before a step")
         try:
             output = await asyncio.wait_for(
                 self.session.call_tool(name, arguments), self.config.call_timeout
@@ -188,7 +207,8 @@ class ORSTextEnv(ConnectedTextEnv):
         if self.terminal is None:
             return TextStep(done=True, stop_reason=StopReason.COMPLETED,
                             metrics={"ors_no_tool_call": 1})  # fmt: skip
-        output, error = await self._call_terminal(action_text)
+        arguments = {} if self.terminal.arg is None else {self.terminal.arg: action_text}
+        output, error = await self._call(self.terminal.name, arguments)
         logs = {"ors_terminal_tool": self.terminal.name}
         if output is None:
             return TextStep(done=True, stop_reason=StopReason.COMPLETED,
@@ -200,10 +220,6 @@ class ORSTextEnv(ConnectedTextEnv):
             stop_reason=StopReason.COMPLETED,
             logs={**logs, "ors_final_output": text},
         )
-
-    async def _call_terminal(self, message: str) -> tuple[Any, str]:
-        arguments = {} if self.terminal.arg is None else {self.terminal.arg: message}
-        return await self._call(self.terminal.name, arguments)
 
     def scripted_action(self, variant: str = "oracle") -> str | None:
         """The config's ``script``, one action per turn (there is no oracle of ours)."""
@@ -222,9 +238,8 @@ class ORSTextEnv(ConnectedTextEnv):
                 await api.aclose()
 
 
-class ORSRenderedEnv(ConnectedRenderedEnv):
-    """Opens the ORS session before rendering the prompt (whose tool list the chat
-    template renders)."""
+class ORSRenderedEnv(RenderedEnv):
+    """An ORS episode at the token level, named for its server in records."""
 
     task: ORSTextEnv
 

@@ -20,6 +20,7 @@ from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer, make_renderer
+from agentenvs.envs.requirements import Requirement, extra
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.tool_calls import CallFormat
 
@@ -43,6 +44,10 @@ class ORSConfig(EnvConfig):
     needs_external_server: ClassVar[bool] = True
     """Its episodes play on an ORS server someone else starts: ``agentenvs demo``
     leaves it out unless asked for by name (``--env ors``)."""
+    requires: ClassVar[tuple[Requirement, ...]] = extra("ors", "aiohttp", "openreward")
+    """The SDK's client and what it runs on. The ``ors`` extra brings its needs; the SDK
+    itself goes in with ``--no-deps`` (``make install``; README, "Set-up"), since its
+    wheel pins an sse-starlette older than the ``mcp`` extra's."""
 
     url: str = Field("http://127.0.0.1:8080", description="Base URL of the ORS server.")
     environment: str | None = Field(

@@ -48,7 +48,12 @@ from openreward.environments import Message as ORSMessage  # noqa: E402
 
 from agentenvs.envs.config import EnvConfig  # noqa: E402
 from agentenvs.envs.openenv.running import RunningServer, serve_app  # noqa: E402
-from agentenvs.envs.serving.text_episode import EpisodeRefused, TextEpisode, as_messages  # noqa: E402
+from agentenvs.envs.serving.text_episode import (  # noqa: E402
+    EpisodeRefused,
+    TextEpisode,
+    as_messages,
+    plain_text,
+)
 from agentenvs.envs.text import Message  # noqa: E402
 
 ACT_TOOL = "act"
@@ -152,11 +157,7 @@ async def answer(episode: TextEpisode, params: ActInput) -> ToolOutput:
         return ToolOutput(blocks=[TextBlock(text=f"Error: {err}")], finished=episode.done)
     step = played.step
     messages = as_messages(step.observation)
-    text = (
-        step.observation
-        if isinstance(step.observation, str)
-        else "\n".join(_content_text(m) for m in messages)
-    )
+    text = plain_text(step.observation)
     metadata = {
         "messages": messages,
         "raw_text": isinstance(step.observation, str),
@@ -191,11 +192,10 @@ def ors_app(env_names: Sequence[str], configs: Mapping[str, Mapping[str, Any]] |
 
 
 def release_app(app: FastAPI) -> None:
-    """Release what the served configs hold; idempotent."""
-    for config in getattr(app.state, "agentenvs_configs", []):
-        shutdown = getattr(config, "shutdown", None)
-        if callable(shutdown):
-            shutdown()
+    """Release what the served configs hold (:meth:`EnvConfig.shutdown`); idempotent."""
+    served: list[EnvConfig] = app.state.agentenvs_configs
+    for config in served:
+        config.shutdown()
 
 
 @contextmanager

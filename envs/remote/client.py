@@ -20,15 +20,22 @@ server answers it from its copy instead of playing it twice.
 from __future__ import annotations
 
 import asyncio
+import functools
+import importlib.util
 import json
+import ssl
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from agentenvs.envs.errors import RETRYABLE_STATUS, AgentEnvsError, TransientError
+from agentenvs.envs.remote.sharing import PerLoop
 from agentenvs.envs.types import ForkUnsupported
+
+if TYPE_CHECKING:
+    from agentenvs.envs.remote.socket import StepSocket
 
 DEFAULT_TIMEOUT = 300.0
 """Seconds a request may take (a slow engine step included)."""
@@ -107,19 +114,32 @@ def unreachable(url: str, what: str, error: BaseException, tries: int) -> Server
     )
 
 
+async def _close_socket(socket: StepSocket) -> None:
+    await socket.close()
+
+
+_SOCKETS: PerLoop[StepSocket] = PerLoop(_close_socket)
+
+
 @dataclass
 class ServerConnection:
-    """Requests to one env server from one event loop (made where it is used)."""
+    """Requests to one env server from one event loop (made where it is used). Its socket
+    is the one this loop shares to the server (:mod:`agentenvs.envs.remote.sharing`);
+    its HTTP client is its own (one pool per group: a pool shared by many groups' steps
+    costs more per request than it saves), made with the process's TLS context."""
 
     url: str
     token: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     retries: int = 2
     transport: str = "ws"
-    """``ws``: steps and initial observations over one WebSocket (``/v1/ws``, the fast
-    path); ``http``: every call a request."""
+    """``ws``: steps and initial observations over the loop's WebSocket (``/v1/ws``, the
+    fast path); ``http``: every call a request."""
     _client: httpx.AsyncClient | None = field(default=None, repr=False)
-    _socket: Any = field(default=None, repr=False)
+    _socket: StepSocket | None = field(default=None, repr=False)
+
+    def _socket_key(self) -> tuple[str, str | None, int]:
+        return (self.url.rstrip("/"), self.token, self.retries)
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -127,6 +147,7 @@ class ServerConnection:
                 base_url=self.url.rstrip("/"),
                 headers=headers_for(self.token),
                 timeout=httpx.Timeout(self.timeout, connect=CONNECT_TIMEOUT),
+                verify=tls_context(),
             )
         return self._client
 
@@ -150,27 +171,42 @@ class ServerConnection:
 
     async def env_call(self, op: str, env_id: str, body: Any = None) -> Any:
         """``op`` (``step`` or ``initial_observation``) on env ``env_id``: over the
-        socket with ``transport="ws"``, else as ``POST /v1/envs/{env_id}/{op}``."""
+        loop's socket to the server with ``transport="ws"``, else as
+        ``POST /v1/envs/{env_id}/{op}``."""
         if self.transport == "ws" and self._socket is None:
-            try:
-                import websockets  # noqa: F401  (the `server` extra)
+            if websockets_available():
+                from agentenvs.envs.remote.socket import StepSocket  # imports this module
 
-                from agentenvs.envs.remote.socket import StepSocket
-            except ImportError:
+                self._socket = _SOCKETS.acquire(
+                    self._socket_key(), lambda: StepSocket(self.url, self.token, self.retries)
+                )
+            else:
                 self.transport = "http"
-        if self.transport != "ws":
-            return await self.call("POST", f"/v1/envs/{env_id}/{op}", body, what=op)
         if self._socket is None:
-            self._socket = StepSocket(self.url, self.token, self.timeout, self.retries)
-        return await self._socket.call(op, env_id, body)
+            return await self.call("POST", f"/v1/envs/{env_id}/{op}", body, what=op)
+        return await self._socket.call(op, env_id, body, self.timeout)
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
         socket, self._socket = self._socket, None
-        if socket is not None:
-            await socket.close()
-        if client is not None:
-            await client.aclose()
+        try:
+            if socket is not None:
+                await _SOCKETS.release(self._socket_key(), socket)
+        finally:
+            if client is not None:
+                await client.aclose()
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """httpx's default TLS context (its CA bundle, ``SSL_CERT_FILE``), made once: making
+    it reads the CA bundle, about 24 ms of CPU, which every client paid (one a group)."""
+    return httpx.create_ssl_context()
+
+
+def websockets_available() -> bool:
+    """The WebSocket client (the ``server`` extra's ``websockets``) is installed."""
+    return importlib.util.find_spec("websockets") is not None
 
 
 def call_sync(

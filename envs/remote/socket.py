@@ -1,13 +1,19 @@
 """The client side of the env server's WebSocket fast path (``/v1/ws``).
 
-One socket per :class:`~agentenvs.envs.remote.client.ServerConnection` (one group),
-every env of the group multiplexed on it: each call is a message with an ``id``; a
-reader task hands each answer to the call that waits for it. A socket that breaks
-(the server restarted, the network dropped) is reopened and the calls that had no
-answer are sent again: a step carries its ``turn``, so the server answers a step it
-already played from its copy instead of playing it twice. Past ``retries`` failed
-reopenings the calls fail with :class:`ServerUnavailable` (transient, as over HTTP);
-refusals are raised exactly as the HTTP answers with the same status are.
+One socket per env server and event loop, shared by every
+:class:`~agentenvs.envs.remote.client.ServerConnection` (every group) that loop plays
+there (:mod:`agentenvs.envs.remote.sharing`): each call is a message with an ``id``; a reader task hands each answer to the
+call that waits for it. The calls made in one moment (the G envs of a group stepping
+together, the groups of a collection) go out as one frame, a JSON array, and their
+answers come back the same way: on a small machine a frame costs more than a small
+env's step, so a batch pays it once (the server's side: :mod:`agentenvs.envs.serving.ws`).
+
+A socket that breaks (the server restarted, the network dropped) is reopened and the
+calls that had no answer are sent again: a step carries its ``turn``, so the server
+answers a step it already played from its copy instead of playing it twice (a copy that
+arrives twice is answered twice, the same answer). Past ``retries`` failed reopenings the
+waiting calls fail with :class:`ServerUnavailable` (transient, as over HTTP); refusals
+are raised exactly as the HTTP answers with the same status are.
 """
 
 from __future__ import annotations
@@ -20,34 +26,46 @@ from typing import Any
 
 from agentenvs.envs.remote.client import BACKOFF, CONNECT_TIMEOUT, raise_refusal, unreachable
 
+MAX_FRAME_BYTES = 1 << 20
+"""A batch is cut into frames of about this size (the server takes up to 16 MiB a frame)."""
+
 
 class StepSocket:
     """Calls over one WebSocket to one env server (see the module docstring)."""
 
-    def __init__(self, url: str, token: str | None, timeout: float, retries: int) -> None:
+    def __init__(self, url: str, token: str | None, retries: int) -> None:
         base = url.rstrip("/")
         self.url = base
         self.ws_url = "ws" + base[4:] + "/v1/ws" if base.startswith("http") else base
-        self.token, self.timeout, self.retries = token, timeout, retries
+        self.token, self.retries = token, retries
+        self.loop = asyncio.get_running_loop()
+        self.closed = False
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._sent: dict[int, bytes] = {}
+        self._outgoing: list[bytes] = []
+        self._wake = asyncio.Event()
         self._socket: Any = None
         self._reader: asyncio.Task[None] | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._writing = False
         self._opening = asyncio.Lock()
-        self._closed = False
 
-    async def call(self, op: str, env_id: str, body: Any) -> Any:
+    async def call(self, op: str, env_id: str, body: Any, timeout: float) -> Any:
         ident = next(self._ids)
         payload = json.dumps({"id": ident, "op": op, "env_id": env_id, "body": body},
                              allow_nan=True).encode()  # fmt: skip
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[dict[str, Any]] = self.loop.create_future()
         self._waiting[ident], self._sent[ident] = future, payload
-        try:
-            socket = await self._open()
+        socket = self._socket
+        if socket is not None and not self._outgoing and not self._writing:
+            # Alone at this moment on an open socket: sent now, with no task between.
             with contextlib.suppress(Exception):  # a broken socket: the reader resends
                 await socket.send(payload)
-            reply = await asyncio.wait_for(future, self.timeout)
+        else:
+            self._send(payload)
+        try:
+            reply = await asyncio.wait_for(future, timeout)
         finally:
             self._waiting.pop(ident, None)
             self._sent.pop(ident, None)
@@ -57,13 +75,39 @@ class StepSocket:
                           self.url, op)  # fmt: skip
         return reply["ok"]
 
+    def _send(self, payload: bytes) -> None:
+        self._outgoing.append(payload)
+        self._wake.set()
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write())
+
+    async def _write(self) -> None:
+        """Send what the calls queued, as few frames as fit; a send on a broken socket is
+        left to the reader, which resends every unanswered call once it reopens."""
+        while not self.closed:
+            await self._wake.wait()
+            self._wake.clear()
+            payloads, self._outgoing = self._outgoing, []
+            try:
+                socket = await self._open()
+            except Exception as err:  # unreachable after the retries: nobody gets an answer
+                self._fail_waiting(err)
+                continue
+            self._writing = True
+            try:
+                with contextlib.suppress(Exception):
+                    for frame in _frames(payloads):
+                        await socket.send(frame)
+            finally:
+                self._writing = False
+
     async def _open(self) -> Any:
         if self._socket is not None:
             return self._socket
         async with self._opening:
             if self._socket is None:
                 self._socket = await self._connect()
-                self._reader = asyncio.ensure_future(self._read())
+                self._reader = asyncio.ensure_future(self._read(self._socket))
         return self._socket
 
     async def _connect(self) -> Any:
@@ -81,39 +125,56 @@ class StepSocket:
                 await asyncio.sleep(BACKOFF * 2**attempt)
         raise AssertionError("unreachable")
 
-    async def _read(self) -> None:
-        """Hand answers to their calls; on a broken socket, reopen and resend the rest."""
-        while not self._closed:
-            socket = self._socket
-            try:
-                async for raw in socket:
-                    reply = json.loads(raw)
+    async def _read(self, socket: Any) -> None:
+        """Hand answers to their calls; on a broken socket, reopen it and resend the rest."""
+        with contextlib.suppress(Exception):
+            async for raw in socket:
+                data = json.loads(raw)
+                for reply in data if isinstance(data, list) else [data]:
                     future = self._waiting.get(reply.get("id"))
                     if future is not None and not future.done():
                         future.set_result(reply)
-                if self._closed:
-                    return
-            except Exception:
-                pass
-            self._socket = None
-            try:
-                self._socket = await self._connect()
-                for ident, payload in list(self._sent.items()):
-                    if ident in self._waiting:
-                        await self._socket.send(payload)
-            except Exception as err:
-                for future in self._waiting.values():
-                    if not future.done():
-                        future.set_exception(err)
-                return
+        if self.closed or self._socket is not socket:
+            return
+        self._socket = None
+        if not self._waiting:
+            return  # reopened by the next call
+        try:
+            await self._open()
+        except Exception as err:
+            self._fail_waiting(err)
+            return
+        for ident, payload in list(self._sent.items()):
+            if ident in self._waiting:
+                self._send(payload)
+
+    def _fail_waiting(self, err: BaseException) -> None:
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(err)
 
     async def close(self) -> None:
-        self._closed = True
+        self.closed = True
         socket, self._socket = self._socket, None
         if socket is not None:
             with contextlib.suppress(Exception):
                 await socket.close()
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(BaseException):
-                await self._reader
+        for task in (self._reader, self._writer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+
+def _frames(payloads: list[bytes]) -> list[bytes]:
+    """The payloads as JSON-array frames of at most about :data:`MAX_FRAME_BYTES` each."""
+    frames, batch, size = [], [], 0
+    for payload in payloads:
+        if batch and size + len(payload) > MAX_FRAME_BYTES:
+            frames.append(b"[" + b",".join(batch) + b"]")
+            batch, size = [], 0
+        batch.append(payload)
+        size += len(payload) + 1
+    if batch:
+        frames.append(b"[" + b",".join(batch) + b"]")
+    return frames

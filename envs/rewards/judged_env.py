@@ -49,6 +49,9 @@ class JudgedTextEnv(TextEnv):
             raise AttributeError(name)
         return getattr(self.inner, name)
 
+    async def start(self) -> None:
+        await self.inner.start()  # declared on TextEnv: its default would shadow __getattr__
+
     def initial_messages(self) -> list[Message]:
         return self.inner.initial_messages()
 

@@ -238,8 +238,8 @@ def create_app(
     install_ws(
         app,
         table,
-        step=lambda s, body: _shielded(_step(s, body, table.limits.max_steps_per_env)),
-        initial=lambda s: _shielded(_initial(s)),
+        step=lambda s, body: _step(s, body, table.limits.max_steps_per_env),
+        initial=_initial,
         on_step=count_step,
     )
 

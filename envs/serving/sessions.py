@@ -170,6 +170,10 @@ class SessionTable:
             logger.warning("cleanup of group %s failed: %r", group_id, err)
         for session in group.envs.values():  # roots a builder's cleanup left open
             await self.close_env(session)  # (close is idempotent by the Env contract)
+        # Each env session points back at its group: without this the pair (and the env,
+        # its renderer, its token lists) waits for a full garbage collection, which with
+        # thousands of sessions held pauses every step for a few hundred milliseconds.
+        group.envs.clear()
         self.closed_total += 1
         return True
 

@@ -1,12 +1,14 @@
 """One episode of a registered text environment, driven over a text-level wire.
 
-Protocols that carry text rather than token ids (ORS here; OpenEnv has its own copy
-in ``envs/openenv/server.py``) need the same few rules around a :class:`TextEnv`:
-make the task, open its connection if it has one, apply the limits that can be
-judged on text (``limits.max_turns``, and a cut-off action ending the episode
-unjudged when ``on_truncated_action`` is ``end``, as :class:`RenderedEnv` does), add
-a task's own ending when a limit stops it, and close the task when the episode ends.
-The token limits stay with whoever tokenizes the text.
+Protocols that carry text rather than token ids (ORS, :mod:`agentenvs.envs.ors.server`;
+OpenEnv, :mod:`agentenvs.envs.openenv.server`) need the same few rules around a
+:class:`TextEnv`, kept here once so the two wires cannot drift apart: make the task,
+await its :meth:`~TextEnv.start` (and close it when that fails, as every driver does),
+apply the limits that can be judged on text (``limits.max_turns``, and a cut-off action
+ending the episode unjudged when ``on_truncated_action`` is ``end``, as
+:class:`~agentenvs.envs.rendered_env.RenderedEnv` does), add a task's own ending when
+a limit stops it, and close the task when the episode ends. The token limits stay
+with whoever tokenizes the text.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from dataclasses import dataclass, field
 
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.errors import AgentEnvsError
-from agentenvs.envs.rendered_env import ConnectedTextEnv
 from agentenvs.envs.text import Message, TextEnv, TextStep
 from agentenvs.envs.types import SamplerStopReason, StopReason
 
+Observation = str | Message | list[Message] | None
 
-def as_messages(observation: str | Message | list[Message] | None) -> list[Message]:
+
+def as_messages(observation: Observation) -> list[Message]:
     """A step's observation as chat messages (a raw string becomes one user turn)."""
     if observation is None:
         return []
@@ -31,8 +34,17 @@ def as_messages(observation: str | Message | list[Message] | None) -> list[Messa
     return [dict(m) for m in observation]
 
 
+def plain_text(observation: Observation) -> str:
+    """A step's observation as one text: a raw string as it is, messages' contents joined
+    by newlines (what a text-only client shows)."""
+    if isinstance(observation, str):
+        return observation
+    return "\n".join(str(m.get("content", "")) for m in as_messages(observation))
+
+
 class EpisodeRefused(AgentEnvsError, RuntimeError):
-    """A step the episode cannot take (over, or never started); the message says why."""
+    """A start or step the episode cannot take (a task out of range, an episode over or
+    never started); the message says why."""
 
 
 @dataclass
@@ -61,7 +73,7 @@ class TextEpisode:
         self.tools: list[dict] | None = None
 
     async def start(self, task_index: int, split: str) -> list[Message]:
-        """Open task ``task_index`` of ``split``; the prompt messages."""
+        """Open task ``task_index`` of ``split`` (the previous one is closed); its prompt."""
         self.config.check_split(split)
         total = self.config.num_tasks(split)
         if not 0 <= task_index < total:
@@ -72,8 +84,11 @@ class TextEpisode:
         task = self.config.make_text_env(task_index, split)
         self.task, self.task_id = task, self.config.task_id(task_index, split)
         self.turns, self.done = 0, False
-        if isinstance(task, ConnectedTextEnv):  # tasks that open an engine first
-            await task.start()
+        try:
+            await task.start()  # declared on TextEnv: a session, a sandbox, an engine
+        except BaseException:  # a failed start leaves nothing open behind it
+            await self.close()
+            raise
         self.messages = list(task.initial_messages())
         self.stops = list(task.stop_sequences())
         self.tools = task.tools()
@@ -112,7 +127,13 @@ class TextEpisode:
         await self.close()
         return EpisodeStep(result, True, self.turns, reason, [])
 
-    async def close(self) -> None:
+    def release(self) -> TextEnv | None:
+        """Take the open task out (for a caller that must close it elsewhere: OpenEnv
+        closes synchronously, from a thread); the episode holds none after."""
         task, self.task = self.task, None
+        return task
+
+    async def close(self) -> None:
+        task = self.release()
         if task is not None:
             await task.close()

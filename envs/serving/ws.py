@@ -1,4 +1,4 @@
-"""The env server's fast path: one WebSocket per client connection, many episodes on it.
+"""The env server's fast path: one WebSocket per client process, many episodes on it.
 
 An HTTP request per step costs more than the step of a small environment: the client's
 request machinery, the server's routing, validation and response objects. Over
@@ -11,13 +11,22 @@ per-message HTTP work on either side::
 
 ``op`` is ``step`` or ``initial_observation``; everything else stays on HTTP. Messages
 on one socket are handled concurrently (each in its own task, answers sent as they
-finish, matched by ``id``), so a client may multiplex every env of a group on one
-socket. The guarantees are the HTTP endpoints': the same step code (a step re-sent
-after a lost connection, same ``turn``, is answered from the kept answer, never
-played twice; environment code runs shielded from a dropped socket), the same limits,
-the same errors with the same statuses, the bearer token checked at the handshake.
-Token ids are checked before any environment code: a negative id or one past int64
-is a 422 naming the field (``body.action.3``).
+finish, matched by ``id``), so a client may multiplex every env it plays on one socket.
+
+Batches: a frame may hold a JSON array of messages. A client that sends one gets its
+answers in arrays too: the answers that are ready when the socket is free to write go
+out as one frame. On two cores a frame costs more than a small env's step (a write, a
+read, the WebSocket framing, the event loop's reader switched off and on again), so a
+client that gathers the calls of one moment into one frame (ours does:
+:mod:`agentenvs.envs.remote.socket`) pays that once per batch, not once per step.
+
+The guarantees are the HTTP endpoints': the same step code (a step re-sent after a lost
+connection, same ``turn``, is answered from the kept answer, never played twice;
+environment code runs to its end when the socket drops: nothing cancels a message's
+task), the same limits, the same errors with the same statuses, the bearer token checked
+at the handshake. A body is checked by the HTTP endpoint's own model before any
+environment code: a negative token id or one past int64 is a 422 naming the field
+(``body.action.3``).
 """
 
 from __future__ import annotations
@@ -40,17 +49,6 @@ if TYPE_CHECKING:
 
     from agentenvs.envs.serving.sessions import EnvSession, SessionTable
 
-MAX_TOKEN_ID = 2**63 - 1
-"""Token ids travel as int64 in every trainer we hand off to."""
-
-
-def check_token_ids(action: list[int]) -> None:
-    """Refuse an id no vocabulary has (negative, or past int64), naming its position."""
-    for index, token in enumerate(action):
-        if not 0 <= token <= MAX_TOKEN_ID:
-            raise BadRequest(f"body.action.{index}: token id {token} is out of range "
-                             f"(0 to {MAX_TOKEN_ID})")  # fmt: skip
-
 
 def _error(err: BaseException) -> dict[str, Any]:
     if isinstance(err, ServingError):
@@ -63,6 +61,43 @@ def _error(err: BaseException) -> dict[str, Any]:
     return {"detail": f"{type(err).__name__}: {err}", "error": "server_error", "status": 500}
 
 
+def _messages(raw: bytes | str) -> tuple[list[Any], bool]:
+    """The messages of one frame and whether it was a batch (a JSON array)."""
+    data = json.loads(raw)
+    if isinstance(data, list):
+        return data, True
+    return [data], False
+
+
+class _Outbox:
+    """Answers waiting for the socket: whatever is ready when it is free goes in one frame
+    (an array for a client that batches, one object per frame for one that does not)."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self.websocket = websocket
+        self.batches = False
+        self.ready: list[dict[str, Any]] = []
+        self.wake = asyncio.Event()
+        self.closed = False
+
+    def put(self, reply: dict[str, Any]) -> None:
+        self.ready.append(reply)
+        self.wake.set()
+
+    async def run(self) -> None:
+        """Write until the socket goes (the answers it held are kept by the sessions)."""
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            while True:
+                await self.wake.wait()
+                self.wake.clear()
+                replies, self.ready = self.ready, []
+                if self.batches:
+                    await self.websocket.send_bytes(dumps(replies))
+                    continue
+                for reply in replies:
+                    await self.websocket.send_bytes(dumps(reply))
+
+
 def install_ws(
     app: FastAPI,
     table: SessionTable,
@@ -71,15 +106,17 @@ def install_ws(
     initial: Callable[[EnvSession], Awaitable[dict[str, Any]]],
     on_step: Callable[[], None],
 ) -> None:
-    """Add ``/v1/ws`` to ``app``; ``step`` and ``initial`` are the HTTP endpoints' own
-    shielded calls, ``on_step`` counts a step for ``/metrics``."""
+    """Add ``/v1/ws`` to ``app``; ``step`` and ``initial`` play a step and give the first
+    observation as the HTTP endpoints do (a message's task is never cancelled, so they
+    need no shield here), ``on_step`` counts a step for ``/metrics``."""
 
-    async def handle(message: dict[str, Any]) -> dict[str, Any]:
+    async def handle(message: Any) -> dict[str, Any]:
+        if not isinstance(message, dict):
+            raise BadRequest("message: a message is a JSON object")
         op = message.get("op")
         session = table.env(str(message.get("env_id")))
         if op == "step":
             body = StepRequest.model_validate(message.get("body") or {})
-            check_token_ids(body.action)
             answer = await step(session, body)
             on_step()
             return answer
@@ -87,38 +124,39 @@ def install_ws(
             return await initial(session)
         raise BadRequest(f"op: {op!r} is not step or initial_observation")
 
+    async def answer(message: Any, outbox: _Outbox) -> None:
+        ident = message.get("id") if isinstance(message, dict) else None
+        try:
+            outbox.put({"id": ident, "ok": await handle(message)})
+        except Exception as err:  # every refusal goes back to the caller, by id
+            outbox.put({"id": ident, "error": _error(err)})
+
     @app.websocket("/v1/ws")
     async def socket(websocket: WebSocket) -> None:
         await websocket.accept()
-        sending = asyncio.Lock()
+        outbox = _Outbox(websocket)
+        writer = asyncio.ensure_future(outbox.run())
         pending: set[asyncio.Task[None]] = set()
-
-        async def answer(message: dict[str, Any]) -> None:
-            try:
-                reply = {"id": message.get("id"), "ok": await handle(message)}
-            except Exception as err:  # every refusal goes back to the caller, by id
-                reply = {"id": message.get("id"), "error": _error(err)}
-            async with sending:
-                with contextlib.suppress(WebSocketDisconnect, RuntimeError):
-                    await websocket.send_bytes(dumps(reply))
-
         try:
             while True:
                 received = await websocket.receive()
                 if received["type"] == "websocket.disconnect":
                     break
-                raw = received.get("bytes") or received.get("text") or b""
                 try:
-                    message = json.loads(raw)
-                    if not isinstance(message, dict):
-                        raise ValueError("a message is a JSON object")
+                    messages, batch = _messages(
+                        received.get("bytes") or received.get("text") or b""
+                    )
                 except ValueError as err:
-                    async with sending:
-                        await websocket.send_bytes(dumps({"id": None, "error": _error(
-                            BadRequest(f"message: not JSON: {err}"))}))  # fmt: skip
+                    outbox.put(
+                        {"id": None, "error": _error(BadRequest(f"message: not JSON: {err}"))}
+                    )
                     continue
-                task = asyncio.ensure_future(answer(message))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
+                outbox.batches = outbox.batches or batch
+                for message in messages:
+                    task = asyncio.ensure_future(answer(message, outbox))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
         except WebSocketDisconnect:
-            pass  # the steps in flight finish (shielded) and keep their answers for a retry
+            pass  # the steps in flight finish and keep their answers for a retry
+        finally:
+            writer.cancel()

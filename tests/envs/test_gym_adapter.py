@@ -6,6 +6,7 @@ import re
 
 import gymnasium
 import pytest
+from support.paths import REPO
 
 import agentenvs.envs as envs
 
@@ -180,6 +181,15 @@ def mcp_url():
         yield f"{running.url}/mcp"
 
 
+@pytest.fixture(scope="module")
+def ors_url():
+    """The SDK-written ORS environment served by the SDK's own server, for ORS-v0."""
+    from support.env_servers import ors_arithmetic_server
+
+    with ors_arithmetic_server() as url:
+        yield url
+
+
 def config_for(name: str, request: pytest.FixtureRequest) -> dict:
     """What each environment needs to play here; the servers come from fixtures."""
     if name == "openenv":
@@ -188,6 +198,10 @@ def config_for(name: str, request: pytest.FixtureRequest) -> dict:
         task = {"prompt": "What is 2 + 3? Use the add tool.", "answer": "5"}
         return {"servers": [{"name": "tools", "url": request.getfixturevalue("mcp_url")}],
                 "tasks": [task]}  # fmt: skip
+    if name == "ors":
+        return {"url": request.getfixturevalue("ors_url"), "environment": "arithmetic"}
+    if name == "harbor":
+        return {"tasks": str(REPO / "tests" / "envs" / "harbor" / "tasks")}
     if name == "alfworld":
         return {"data": "shipped"}
     return {}

@@ -74,19 +74,12 @@ class ProcessServer:
                    "--port", str(self.port), *self.extra]  # fmt: skip
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(command, stdout=out, stderr=out, env=dict(os.environ))
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"agentenvs serve exited with {self.process.returncode}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError("agentenvs serve did not answer /health in time")
-            time.sleep(0.1)
+        try:
+            wait_for_health(self.process, self.url, timeout, "agentenvs serve")
+        except RuntimeError:
+            self.kill()
+            raise
+        return self
 
     def kill(self) -> None:
         """SIGKILL, as a machine that died: nothing is cleaned up by the server."""
@@ -101,3 +94,45 @@ class ProcessServer:
                 self.process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+ORS_SERVER_MODULE = Path(__file__).with_name("ors_arithmetic_env.py")
+
+
+@contextlib.contextmanager
+def ors_arithmetic_server(timeout: float = 90.0) -> Iterator[str]:
+    """The SDK-written ORS environment (``ors_arithmetic_env.py``: ``arithmetic`` and
+    ``plainanswer``) served by the SDK's own ``Server.run`` in a subprocess on loopback,
+    as an ORS author runs one; its base URL while the block runs."""
+    port = free_port()
+    quiet = {"OPENREWARD_DISABLE_UPDATE_CHECK": "1", "OPENREWARD_LOG_LEVEL": "WARNING"}
+    server = subprocess.Popen([sys.executable, str(ORS_SERVER_MODULE), str(port)],
+                              env={**os.environ, **quiet}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_health(server, url, timeout, "the ORS server")
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=20)
+
+
+def wait_for_health(process: subprocess.Popen, url: str, timeout: float, what: str) -> None:
+    """Until ``url``/health answers 200; a clear error when ``process`` exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not answer /health in time")
+        time.sleep(0.1)

@@ -58,7 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentenvs.envs.types import StopCondition, TokensWithLogprobs
 from agentenvs.rollout.policies.base import PolicyError, StampedTokens
 from agentenvs.rollout.policies.stop import split_stop
-from agentenvs.rollout.trainers.common import one_sample
+from agentenvs.rollout.trainers.common import one_sample, run_sync
 
 AGENT_NAME = "agentenvs"
 TARGET = f"{__name__}.AgentenvsAgentLoop"
@@ -150,10 +150,11 @@ def verl_rows(
     config = make(env, **dict(env_config or {}))
     total = config.num_tasks(split)
     count = total if n is None else n
+    prompts = run_sync(_prompts(config, sorted({i % total for i in range(count)}), split))
     rows = []
     for i in range(count):
         index = i % total
-        messages = config.make_text_env(index, split).initial_messages()
+        messages = prompts[index]
         rows.append(
             {
                 "data_source": f"agentenvs/{env}",
@@ -168,6 +169,20 @@ def verl_rows(
             }
         )
     return rows
+
+
+async def _prompts(config: Any, indices: list[int], split: str) -> dict[int, list[dict]]:
+    """Each task's prompt messages, as a driver reads them: the env is started first (an
+    OpenEnv session, MCP servers, a sandbox hold the prompt) and closed after."""
+    prompts = {}
+    for index in indices:
+        env = config.make_text_env(index, split)
+        try:
+            await env.start()
+            prompts[index] = list(env.initial_messages())
+        finally:
+            await env.close()
+    return prompts
 
 
 class VerlServerPolicy:

@@ -11,6 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from openenv.core.generic_client import GenericEnvClient
+from support.guess_number_play import Step, assert_plays_as_in_process, bisect
 
 from agentenvs.envs.openenv.server import openenv_app, release_app, serve_app, serve_openenv
 from agentenvs.envs.registry import make
@@ -24,43 +25,23 @@ def guess_server():
         yield running
 
 
-async def bisect(client: GenericEnvClient, task_index: int) -> list[tuple[str, float, bool]]:
-    """Play by binary search on the server's feedback; the steps as (text, reward, done)."""
+async def play(client: GenericEnvClient, task_index: int) -> list[Step]:
+    """One episode by bisection over OpenEnv's session; the steps as (text, reward, done)."""
     first = await client.reset(task_index=task_index)
     assert first.observation["stop"] == ["</guess>"]
-    low, high, steps = 1, 100, []
-    while True:
-        guess = (low + high) // 2
-        result = await client.step({"text": f"<guess>{guess}</guess>"})
-        text = result.observation["text"]
-        steps.append((text, result.reward, result.done))
-        if result.done:
-            return steps
-        low, high = (guess + 1, high) if "higher" in text else (low, guess - 1)
 
+    async def send(text: str) -> Step:
+        result = await client.step({"text": text})
+        return result.observation["text"], result.reward, result.done
 
-async def in_process(task_index: int, guesses: list[int]) -> list[tuple[str, float, bool]]:
-    task = make("guess_number").make_text_env(task_index)
-    steps = []
-    for guess in guesses:
-        step = await task.step(f"<guess>{guess}</guess>", stop_reason="stop")
-        steps.append((step.observation or "", step.reward, step.done))
-    return steps
-
-
-def guesses_of(steps: list[tuple[str, float, bool]], secret: int) -> list[int]:
-    return [int(text.split()[0]) for text, _, _ in steps[:-1]] + [secret]
+    return await bisect(send)
 
 
 async def test_openenv_client_plays_guess_number_as_in_process(guess_server):
-    config = make("guess_number")
     async with GenericEnvClient(base_url=guess_server.url) as client:
         for task_index in (0, 7):
-            remote = await bisect(client, task_index)  # one session, two episodes
-            assert remote[-1][1:] == (1.0, True)
-            local = await in_process(task_index, guesses_of(remote, config.secret(task_index)))
-            assert [(r, d) for _, r, d in remote] == [(r, d) for _, r, d in local]
-            assert [t for t, _, _ in remote[:-1]] == [t for t, _, _ in local[:-1]]
+            remote = await play(client, task_index)  # one session, two episodes
+            await assert_plays_as_in_process(task_index, remote)
             state = await client.state()
             assert state["task_id"] == f"train/{task_index}" and state["done"] is True
 

@@ -9,16 +9,10 @@ ORS author runs one.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-import time
 
-import httpx
 import pytest
-from support.env_servers import free_port
-from support.paths import REPO
+from support.env_servers import free_port, ors_arithmetic_server
 
 from agentenvs.envs.registry import make
 from agentenvs.envs.types import TokensWithLogprobs
@@ -29,35 +23,12 @@ from agentenvs.rollout.inspect.check import check_file
 from agentenvs.rollout.policies.base import current_turn
 
 pytestmark = pytest.mark.services
-SERVER_MODULE = REPO / "tests" / "support" / "ors_arithmetic_env.py"
 
 
 @pytest.fixture(scope="module")
 def ors_url():
-    port = free_port()
-    quiet = {"OPENREWARD_DISABLE_UPDATE_CHECK": "1", "OPENREWARD_LOG_LEVEL": "WARNING"}
-    server = subprocess.Popen(
-        [sys.executable, str(SERVER_MODULE), str(port)],
-        env={**os.environ, **quiet},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            assert server.poll() is None, "the ORS server exited"
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError("the ORS server did not come up")
+    with ors_arithmetic_server() as url:
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
 
 
 class Adder:
@@ -177,3 +148,31 @@ async def test_an_unreachable_server_fails_its_groups_with_the_reason(tokenizer)
     )
     assert not result.ok
     assert "ORSUnreachable" in result.failed[0].error
+
+
+def test_blocks_are_read_by_their_sdk_types():
+    """The SDK client's block classes: text is shown, a tool result shows its own blocks,
+    an image (counted) or a reasoning segment leaves a placeholder."""
+    from agentenvs.envs.ors.sdk import load_sdk
+
+    load_sdk()  # the SDK's log level, before its modules load
+    from openreward.api.environments.types import (
+        ImageBlock,
+        ReasoningBlock,
+        TextBlock,
+        ToolResultBlock,
+    )
+
+    from agentenvs.envs.ors.adapter import blocks_text
+
+    image = ImageBlock(data="aGk=", mimeType="image/png")
+    blocks = [
+        TextBlock(text="a"),
+        ReasoningBlock(text="hidden"),
+        ToolResultBlock(tool_call_id="1", blocks=[TextBlock(text="b"), image]),
+        image,
+    ]
+    assert blocks_text(blocks) == (
+        "a\n[reasoning omitted]\nb\n[image omitted]\n[image omitted]",
+        2,
+    )

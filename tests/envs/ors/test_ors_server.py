@@ -15,6 +15,7 @@ import re
 import httpx
 import pytest
 from support.env_servers import thread_server
+from support.guess_number_play import Step, assert_plays_as_in_process, bisect
 
 from agentenvs.envs.ors.sdk import load_sdk
 from agentenvs.envs.registry import make
@@ -39,26 +40,14 @@ def served(tokenizer):
         yield url
 
 
-async def bisect(session) -> list[tuple[str, float, bool]]:
-    """Play by binary search on the server's feedback; the steps as (text, reward, done)."""
-    low, high, steps = 1, 100, []
-    while True:
-        guess = (low + high) // 2
-        out = await session.call_tool("act", {"text": f"<guess>{guess}</guess>"})
-        text = out.blocks[0].text
-        steps.append((text, out.reward, out.finished))
-        if out.finished:
-            return steps
-        low, high = (guess + 1, high) if "higher" in text else (low, guess - 1)
+async def play(session) -> list[Step]:
+    """One episode by bisection through the ``act`` tool; the steps as (text, reward, done)."""
 
+    async def send(text: str) -> Step:
+        out = await session.call_tool("act", {"text": text})
+        return out.blocks[0].text, out.reward, out.finished
 
-async def in_process(task_index: int, guesses: list[int]) -> list[tuple[str, float, bool]]:
-    task = make("guess_number").make_text_env(task_index)
-    steps = []
-    for guess in guesses:
-        step = await task.step(f"<guess>{guess}</guess>", stop_reason="stop")
-        steps.append((step.observation or "", step.reward, step.done))
-    return steps
+    return await bisect(send)
 
 
 async def test_the_sdk_client_plays_guess_number_as_in_process(served):
@@ -79,12 +68,7 @@ async def test_the_sdk_client_plays_guess_number_as_in_process(served):
                     == config.make_text_env(0).initial_messages()[-1]["content"]
                 )
                 assert prompt.detail["stop"] == ["</guess>"]
-                remote = await bisect(session)
-                assert remote[-1][1:] == (1.0, True)
-                guesses = [int(t.split()[0]) for t, _, _ in remote[:-1]]
-                local = await in_process(task_index, [*guesses, config.secret(task_index)])
-                assert [(r, d) for _, r, d in remote] == [(r, d) for _, r, d in local]
-                assert [t for t, _, _ in remote[:-1]] == [t for t, _, _ in local[:-1]]
+                await assert_plays_as_in_process(task_index, await play(session))
                 with pytest.raises(ToolCallError) as refused:  # the SDK's latch, after finished
                     await session.call_tool("act", {"text": "<guess>1</guess>"})
                 assert refused.value.reason == "episode_finished"
@@ -143,3 +127,22 @@ async def test_our_adapter_plays_our_ors_server_and_check_passes(served, tokeniz
             ]
     report = check_file(store.path, tokenizer=tokenizer)
     assert [f for f in report.findings if f.status == "fail"] == []
+
+
+async def test_a_text_episode_whose_start_fails_holds_nothing_open():
+    """The shared text-wire episode (ORS and OpenEnv servers) awaits the task's ``start``
+    and, when it fails, closes the task and holds none: a served ``ors`` environment
+    whose own ORS server is down refuses the next step instead of stepping a half-open
+    task."""
+    from support.env_servers import free_port
+
+    from agentenvs.envs.ors.adapter import ORSUnreachable
+    from agentenvs.envs.serving.text_episode import EpisodeRefused, TextEpisode
+
+    config = make("ors", url=f"http://127.0.0.1:{free_port()}", environment="x", episodes=1)
+    episode = TextEpisode(config)
+    with pytest.raises(ORSUnreachable):
+        await episode.start(0, "train")
+    assert episode.task is None
+    with pytest.raises(EpisodeRefused, match="start one first"):
+        await episode.step("hi", "stop")

@@ -146,3 +146,22 @@ def test_an_episode_ended_by_a_limit_is_not_judged(tmp_path):
     for final in limited:
         assert final.logs["judge/status"] == "not_judged", final.logs
         assert "judge/verdict" not in final.logs
+
+
+def test_a_judged_env_opens_what_its_env_opens_before_the_prompt():
+    """The judge wraps envs whose prompt exists only after ``start`` (a Harbor task lays out
+    its files in the sandbox first); ``TextEnv.start``'s default shadowed the wrapper's
+    forwarding, so the wrapped env was never started and its prompt raised."""
+    from support.paths import REPO
+
+    from agentenvs.envs.rendered_env import RenderedEnv
+    from agentenvs.envs.renderers import make_renderer
+
+    harbor = make("harbor", tasks=str(REPO / "tests" / "envs" / "harbor" / "tasks"))
+    settings = JudgeSettings(base_url="http://127.0.0.1:9", model="nobody")
+    env = JudgedTextEnv(harbor.make_text_env(0), settings, _read)
+    rendered = RenderedEnv(env, make_renderer("chat", train_chatml_tokenizer()))
+    prompt, _ = asyncio.run(rendered.initial_observation())
+    text = train_chatml_tokenizer().decode(prompt)
+    assert "words.txt" in text and " /app/data" not in text  # mapped into the workspace
+    asyncio.run(rendered.close())

@@ -65,3 +65,31 @@ async def test_the_socket_needs_the_token(served):
         async with connect(f"ws{served[4:]}/v1/ws") as socket:
             await socket.send("{}")
             await socket.recv()
+
+
+async def test_a_batch_frame_is_answered_in_batches_each_call_by_its_id(served):
+    """A client that sends an array gets arrays back; the calls of one batch keep the
+    rules of single ones (checked bodies, a repeated step answered from the copy)."""
+    env_id = open_env(served)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    step = {"action": [5, 6], "stop_reason": "eos", "turn": 0}
+    batch = [
+        {"id": 1, "op": "initial_observation", "env_id": env_id},
+        {"id": 2, "op": "step", "env_id": env_id, "body": {"action": [-1], "turn": 0}},
+        {"id": 3, "op": "step", "env_id": env_id, "body": step},
+        {"id": 4, "op": "step", "env_id": env_id, "body": step},
+        {"id": 5, "op": "nope", "env_id": env_id},
+    ]
+    async with connect(f"ws{served[4:]}/v1/ws", additional_headers=headers) as socket:
+        await socket.send(json.dumps(batch))
+        replies: dict[int, dict] = {}
+        while len(replies) < len(batch):
+            frame = json.loads(await socket.recv())
+            assert isinstance(frame, list)  # a batching client is answered in batches
+            replies.update({reply["id"]: reply for reply in frame})
+    assert "</guess>" in replies[1]["ok"]["stop_condition"]
+    assert replies[2]["error"]["fields"] == ["body.action.0"]
+    assert replies[3]["ok"] == replies[4]["ok"] and replies[3]["ok"]["turn"] == 0
+    assert replies[5]["error"]["status"] == 422 and "op" in replies[5]["error"]["detail"]
+    state = httpx.get(f"{served}/v1/envs/{env_id}", headers=headers).json()
+    assert state["turns"] == 1  # the step sent twice was played once

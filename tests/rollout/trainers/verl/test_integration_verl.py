@@ -197,6 +197,17 @@ def test_rows_survive_parquet(tmp_path):
     assert back[0]["prompt"][0]["role"] == "user"
 
 
+def test_rows_hold_the_prompt_of_an_env_that_starts_first():
+    """A Harbor task's prompt exists once ``start`` laid out its files (as an OpenEnv,
+    MCP or ALFWorld prompt exists once its session is open): the rows await it."""
+    from support.paths import REPO
+
+    tasks = str(REPO / "tests" / "envs" / "harbor" / "tasks")
+    rows = adapter.verl_rows("harbor", env_config={"tasks": tasks})
+    prompts = [row["prompt"][-1]["content"] for row in rows]
+    assert len(prompts) == 2 and "words.txt" in prompts[0] and " /app/data" not in prompts[0]
+
+
 @pytest.mark.parametrize(
     ("env", "env_config"),
     [
