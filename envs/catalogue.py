@@ -137,6 +137,20 @@ SHIPPED: dict[str, EnvCard] = {
             "agentenvs/Harbor-v0",
             "Harbor-format tasks, solved with shell commands and scored by their own tests.",
         ),
+        EnvCard(
+            "harness",
+            "agentenvs.envs.harness.config:HarnessConfig",
+            "agentenvs/Harness-v1",
+            "An agent CLI works on a task in a jail, its model calls captured by a gateway.",
+            requires=extra("gateway", "starlette", "uvicorn"),
+        ),
+        EnvCard(
+            "charts",
+            "agentenvs.envs.charts.config:ChartsConfig",
+            "agentenvs/Charts-v0",
+            "Bar-chart questions answered by zooming in: images in the prompt and from a tool.",
+            requires=extra("vision", "PIL"),
+        ),
     )
 }
 """The cards of the environments agentenvs ships, by name (checked against the classes)."""

@@ -84,6 +84,11 @@ class EnvConfig(BaseModel):
     needs_external_server: ClassVar[bool] = False
     """Plays only against a server the user starts (an OpenEnv environment, MCP tools):
     ``agentenvs demo`` leaves it out unless named, since nothing here starts one."""
+    plays_as_text: ClassVar[bool] = True
+    """Its episodes are text episodes (:meth:`make_text_env`), which the gymnasium
+    adapter and the OpenEnv and ORS servers play. False for a token-level environment
+    whose episode is driven from inside (``harness``: an agent CLI asks, the model
+    answers): those refuse ``gymnasium.make`` in one line instead of failing at reset."""
     requires: ClassVar[tuple[Requirement, ...]] = ()
     """Modules its episodes import beyond agentenvs' core, each with what installs it
     (``extra("retool", "math_verify")``): ``agentenvs list`` says which are missing and

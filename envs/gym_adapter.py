@@ -19,6 +19,10 @@ from agentenvs.envs.text import Message, TextEnv
 _MAX_TEXT = 1_000_000
 
 
+class NotTextError(AgentEnvsError, TypeError):
+    """``gymnasium.make`` of an environment whose episodes are not text episodes."""
+
+
 class NoTasksError(AgentEnvsError, ValueError):
     """The configured environment has no task to reset to (``mcp_tools`` without tasks)."""
 
@@ -83,6 +87,11 @@ class TextGymEnv(gymnasium.Env):
         self.env_name = env_name
         self.split = split
         self.config = make(env_name, **config)
+        if not self.config.plays_as_text:
+            raise NotTextError(
+                f"{env_name!r} has no text episodes for gymnasium to step (its episodes are "
+                "token-level, driven from inside): run it with `agentenvs rollout` or a collector"
+            )
         self.config.check_split(split)
         self.observation_space = _UnicodeText(max_length=_MAX_TEXT, min_length=0, charset=_ALL)
         self.action_space = _UnicodeText(max_length=_MAX_TEXT, min_length=0, charset=_ALL)

@@ -19,13 +19,28 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def chat_template_of(tokenizer: Any) -> str | None:
+    """A tokenizer's chat template, or None (some tokenizer classes have no attribute)."""
+    return getattr(tokenizer, "chat_template", None) or None
+
+
+def tokenizer_directory(tokenizer: Any) -> str:
+    """Where a Hugging Face tokenizer was loaded from (``name_or_path``), or ``""``."""
+    return getattr(tokenizer, "name_or_path", "") or ""
+
+
+def tokenizer_name(tokenizer: Any) -> str:
+    """How messages name a tokenizer: its directory or Hub id, else its class."""
+    return tokenizer_directory(tokenizer) or type(tokenizer).__name__
+
+
 def tokenizer_fingerprint(tokenizer: Any) -> dict[str, Any]:
     """Name, vocabulary hash and chat-template hash of a Hugging Face tokenizer."""
     vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
     ordered = json.dumps(sorted(vocab.items(), key=lambda kv: kv[1]), ensure_ascii=False)
-    template = getattr(tokenizer, "chat_template", None) or ""
+    template = chat_template_of(tokenizer) or ""
     return {
-        "name": getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__,
+        "name": tokenizer_name(tokenizer),
         "vocab_size": len(vocab),
         "vocab_sha256": _sha256(ordered),
         "chat_template_sha256": _sha256(template) if template else None,

@@ -48,6 +48,7 @@ ENVIRONMENTS_AND_SERVING = (
     "ors",
     "harbor",
     "charts",
+    "harness",
 )
 FLOOR_NAMES = ("ground", "sandbox", "envs core", "envs environments/serving", "rollout")
 

@@ -11,6 +11,7 @@ from agentenvs.envs.charts.reward import answer_reward
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.rendered_env import Limits, RenderedEnv
 from agentenvs.envs.renderers import RendererKind, Tokenizer
+from agentenvs.envs.requirements import Requirement, extra
 from agentenvs.envs.rewards.identity import RewardIdentity, identity_of
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.vision.processing import VisionSpec
@@ -24,6 +25,7 @@ class ChartsConfig(EnvConfig):
     gym_name: ClassVar[str] = "Charts"
     default_renderer: ClassVar[RendererKind] = "chat"
     demo_tokenizer: ClassVar[str] = "qwen2.5-vl"
+    requires: ClassVar[tuple[Requirement, ...]] = extra("vision", "PIL")
 
     tasks: int = Field(256, ge=1, description="Charts per split.")
     max_zooms: int = Field(4, ge=1, description="Zoom calls allowed per episode.")

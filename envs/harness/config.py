@@ -28,6 +28,7 @@ from agentenvs.envs.harness.harnesses import HARNESSES, Installed, harness
 from agentenvs.envs.harness.segments import TreeOptions
 from agentenvs.envs.harness.task import HarnessTask, load_tasks
 from agentenvs.envs.rendered_env import Limits
+from agentenvs.envs.requirements import Requirement, extra
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.tool_calls import CallFormat
 from agentenvs.envs.types import Env, EnvGroupBuilder, GroupDescription, Metrics, Trajectory
@@ -37,10 +38,14 @@ EXAMPLE_TASKS = Path(str(resources.files("agentenvs.envs.harness").joinpath("dat
 
 
 class HarnessConfig(EnvConfig):
+    """An agent CLI works on a task in a jail, its model calls captured by a gateway."""
+
     env_name: ClassVar[str] = "harness"
     gym_name: ClassVar[str] = "Harness"
     version: ClassVar[str] = "1"
     needs_external_server: ClassVar[bool] = True
+    plays_as_text: ClassVar[bool] = False
+    requires: ClassVar[tuple[Requirement, ...]] = extra("gateway", "starlette", "uvicorn")
 
     harness: str = Field("mini-swe-agent", description=f"One of {', '.join(sorted(HARNESSES))}.")
     tasks: str | None = Field(

@@ -52,6 +52,7 @@ from agentenvs.envs.harness.segments import (
 )
 from agentenvs.envs.harness.server import KEEP_ALIVE_SECONDS, GatewaySession, build_app
 from agentenvs.envs.harness.task import HarnessTask, read_reward
+from agentenvs.envs.tokenizer_fingerprint import chat_template_of
 from agentenvs.envs.tool_calls import CallFormat
 from agentenvs.envs.types import (
     Action,
@@ -143,7 +144,7 @@ class HarnessEnv(Env):
         self.tokenizer = tokenizer
         self.settings = settings
         renderer = session_renderer(tokenizer)
-        template = getattr(tokenizer, "chat_template", None)
+        template = chat_template_of(tokenizer)
         reader = ReplyReader(renderer, settings.tool_format or sniff_format(template))
         self.tree = SegmentTree(renderer, reader, key=task.name, options=settings.tree)
         self.queue: asyncio.Queue[tuple[Turn, asyncio.Future[Reply]]] = asyncio.Queue()

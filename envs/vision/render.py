@@ -34,6 +34,7 @@ from agentenvs.envs.renderers import (
     _as_messages,
 )
 from agentenvs.envs.text import Message
+from agentenvs.envs.tokenizer_fingerprint import tokenizer_directory, tokenizer_name
 from agentenvs.envs.tokenizing import EncodedText, EnvTextEncoder, Segment, slice_segments
 from agentenvs.envs.types import ImagePlacement, ImageRef
 from agentenvs.envs.vision.images import ImageError, open_ref
@@ -66,9 +67,8 @@ class VisionTokens:
         controls = EnvTextEncoder.for_tokenizer(tokenizer).controls
         missing = [t for t in (VISION_START, IMAGE_PAD, VISION_END) if t not in controls]
         if missing:
-            name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
             raise ImageError(
-                f"tokenizer {name} has no {', '.join(missing)} token: it cannot show images "
+                f"tokenizer {tokenizer_name(tokenizer)} has no {', '.join(missing)} token: it cannot show images "
                 "(use a Qwen-VL family tokenizer)"
             )
         return cls(controls[VISION_START], controls[IMAGE_PAD], controls[VISION_END])
@@ -79,9 +79,8 @@ def default_spec(tokenizer: Any) -> VisionSpec:
     saved with it, else the family's published settings by vocabulary (the Qwen3.5
     vocabulary, image pad id 248056, has Qwen3-VL's 16-pixel patches; the Qwen2
     vocabulary Qwen2-VL's 14)."""
-    directory = getattr(tokenizer, "name_or_path", "") or ""
     try:
-        return VisionSpec.from_pretrained(directory)
+        return VisionSpec.from_pretrained(tokenizer_directory(tokenizer))
     except VisionSpecError:
         pass
     pad = VisionTokens.for_tokenizer(tokenizer).pad

@@ -77,7 +77,8 @@ def test_the_demo_leaves_out_envs_that_need_an_external_server() -> None:
     chosen = default_demo_envs(rows)
     assert needs_external_server("openenv") and needs_external_server("mcp_tools")
     assert not needs_external_server("guess_number")
-    outside = {"openenv", "mcp_tools", "ors", "harbor"}  # servers or task dirs of someone else's
+    # servers or task dirs of someone else's; harness: the CLIs `make harnesses` installs and a model
+    outside = {"openenv", "mcp_tools", "ors", "harbor", "harness"}
     assert all(needs_external_server(name) for name in outside)
     assert not outside & set(chosen)
     assert "guess_number" in chosen
