@@ -37,7 +37,8 @@ def serve_app(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterator[Runn
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", ws="auto", lifespan="on")
+    # asyncio's own loop: a ReTool task starts sandbox workers as another user (uvloop cannot)
+    config = uvicorn.Config(app, log_level="warning", ws="auto", lifespan="on", loop="asyncio")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

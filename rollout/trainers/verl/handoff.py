@@ -176,7 +176,8 @@ def from_verl_batch(batch: Mapping[str, Any]) -> list[TrainingSample]:
         tokens = input_ids[row][keep].tolist()
         p = int(keep[:width_p].sum())
         r = len(tokens) - p
-        if "rm_scores" in arrays:
+        # a batch with no response column has its scores only in ``reward``
+        if "rm_scores" in arrays and arrays["rm_scores"].shape[1]:
             reward = float(arrays["rm_scores"][row].astype(np.float64).sum())
         else:
             reward = float(arrays["reward"][row])
