@@ -38,7 +38,9 @@ def thread_server(app: Any) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", loop="asyncio")
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="on", loop="asyncio"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
