@@ -5,8 +5,12 @@ One :class:`Judge` per settings per event loop is shared by every episode of a p
 per episode. A request is retried with doubling backoff on what a busy or restarting
 server gives (connection errors, timeouts, 408, 409, 429, 5xx); any other HTTP status
 fails the verdict at once, since asking again gets the same answer. Whatever happens,
-:meth:`Judge.judge` returns a :class:`~.verdict.Verdict` and never raises: an env step
-must not crash on a judge's trouble, and the verdict's status says what went wrong.
+:meth:`Judge.judge` returns a :class:`~.verdict.Verdict` and never raises; the verdict's
+status says what went wrong. An episode is never *scored* by a judge that gave no
+answer, though: :class:`~.judged_env.JudgedTextEnv` turns an ``http_error`` verdict into
+:class:`JudgeUnavailable` (transient: the collector retries the group, then records it
+failed) or :class:`JudgeRefused` (a setting the judge refuses: recorded failed at once),
+since a failure reward for a dead judge would be trained on as if the answer were wrong.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from agentenvs.envs.errors import AgentEnvsError, TransientError
 from agentenvs.envs.rewards.identity import RewardIdentity, identify
 from agentenvs.envs.rewards.judge_cache import VerdictCache, cache_key
 from agentenvs.envs.rewards.judge_settings import JudgePrompt, JudgeSettings
@@ -28,6 +33,31 @@ JUDGE_VERSION = "1"
 """Bump when the way a verdict becomes a reward changes."""
 
 RETRIED_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+class JudgeRefused(AgentEnvsError):
+    """The judge answered in a way asking again will not change (unknown model, a body
+    it refuses, an answer that is not chat-completion JSON): the group fails, unscored."""
+
+
+class JudgeUnavailable(JudgeRefused, TransientError):
+    """The judge could not be reached or stayed busy after every retry: the group's
+    attempt fails as transient (retried by the collector, recorded failed if it stays down)."""
+
+
+def raise_for_verdict(verdict: Verdict, url: str) -> None:
+    """:class:`JudgeUnavailable`/:class:`JudgeRefused` for a verdict the judge never gave."""
+    if verdict.status != "http_error":
+        return
+    error = JudgeUnavailable if verdict.transient else JudgeRefused
+    raise error(
+        f"the judge at {url} (model {verdict.model!r}) gave no verdict after "
+        f"{verdict.attempts} request(s): {verdict.error}"
+    )
+
+
+_Answer = tuple[str | None, str, int, bool]
+"""A request's outcome: answer text (None: none), last error, attempts, transient."""
 
 
 @dataclass(frozen=True)
@@ -135,14 +165,14 @@ class Judge:
             self._pending[key] = pending
             pending.add_done_callback(lambda _: self._pending.pop(key, None))
         # shield: a cancelled episode does not cancel the request others wait for
-        text, error, attempts = await asyncio.shield(pending)
+        text, error, attempts, transient = await asyncio.shield(pending)
         if text is None:
-            return self._failed(error, 0 if shared else attempts)
+            return self._failed(error, 0 if shared else attempts, transient)
         if not shared:
             self.cache.put(key, text)
         return self._verdict(text, attempts=0 if shared else attempts, cached=shared)
 
-    async def _limited(self, messages: list[dict[str, str]]) -> tuple[str | None, str, int]:
+    async def _limited(self, messages: list[dict[str, str]]) -> _Answer:
         async with self._semaphore:
             return await self._request(messages)
 
@@ -155,16 +185,17 @@ class Judge:
             self.weights, attempts=attempts, cached=cached,
         )  # fmt: skip
 
-    def _failed(self, error: str, attempts: int) -> Verdict:
+    def _failed(self, error: str, attempts: int, transient: bool) -> Verdict:
         s = self.settings
         return Verdict(
             "http_error", None, s.failure_reward, "", s.model, self.prompt.sha256,
-            self.weights, error=error, attempts=attempts,
+            self.weights, error=error, attempts=attempts, transient=transient,
         )  # fmt: skip
 
     # ---- the endpoint ---------------------------------------------------------------
-    async def _request(self, messages: list[dict[str, str]]) -> tuple[str | None, str, int]:
-        """The answer's text, or None with the last error; and the attempts made."""
+    async def _request(self, messages: list[dict[str, str]]) -> _Answer:
+        """The answer's text, or None with the last error; the attempts made; and
+        whether the error is of the moment (unreachable, busy) rather than final."""
         s = self.settings
         body = {
             "model": s.model,
@@ -187,13 +218,13 @@ class Judge:
                 continue
             if response.status_code == 200:
                 try:
-                    return _answer_text(response.json()), "", attempt + 1
+                    return _answer_text(response.json()), "", attempt + 1, False
                 except (ValueError, KeyError, IndexError, TypeError) as err:
-                    return None, f"unreadable answer: {err}", attempt + 1
+                    return None, f"unreadable answer: {err}", attempt + 1, False
             error = f"HTTP {response.status_code}: {response.text[:200]}"
             if response.status_code not in RETRIED_STATUSES:
-                return None, error, attempt + 1
-        return None, error, s.retries + 1
+                return None, error, attempt + 1, False
+        return None, error, s.retries + 1, True
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:

@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from agentenvs.envs.rewards.judge import JudgeInput, shared_judge
+from agentenvs.envs.rewards.judge import JudgeInput, raise_for_verdict, shared_judge
 from agentenvs.envs.rewards.judge_settings import JudgeSettings
 from agentenvs.envs.rewards.verdict import LOG_PREFIX
 from agentenvs.envs.text import Message, TextEnv, TextStep
@@ -74,6 +74,7 @@ class JudgedTextEnv(TextEnv):
         """``result`` (a final step) with the judge's verdict joined in."""
         verdict = await shared_judge(self.settings).judge(self.read(self.inner))
         self.verdict = verdict
+        raise_for_verdict(verdict, self.settings.base_url)  # never scored by a dead judge
         if self.settings.combine == "replace":
             reward = verdict.reward
         else:

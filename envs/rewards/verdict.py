@@ -68,6 +68,10 @@ class Verdict:
     attempts: int = 0
     """Requests made for this verdict (0 when it came from the cache)."""
     cached: bool = False
+    transient: bool = False
+    """For ``http_error``: the judge could not be reached or stayed busy (connection
+    errors, timeouts, 408/409/429/5xx after every retry), so asking later may answer;
+    False for an answer that will not change (404 model, 400 body, unreadable JSON)."""
 
     @property
     def failed(self) -> bool:

@@ -78,6 +78,7 @@ def test_without_retries_the_503_is_a_recorded_http_error_not_a_zero_score(proxy
     settings = _settings(proxy.url, r"SCORE: [0-9]", cache="off", retries=0, failure_reward=-1.0)
     (verdict,), _ = _judge(settings, ITEM)
     assert verdict.status == "http_error" and "HTTP 503" in verdict.error, verdict
+    assert verdict.transient  # busy: a judged env raises JudgeUnavailable, the group retries
     assert (verdict.score, verdict.reward, verdict.text) == (None, -1.0, "")
     assert verdict.logs()["judge/status"] == "http_error"
 
@@ -86,6 +87,7 @@ def test_an_unknown_model_fails_at_once_without_retrying(proxy):
     settings = JudgeSettings(base_url=proxy.url, model="no-such-model", backoff=0.05)
     (verdict,), requests = _judge(settings, ITEM)
     assert verdict.status == "http_error" and "HTTP 404" in verdict.error, verdict
+    assert not verdict.transient  # asking again gets the same 404
     assert requests == 1 == proxy.requests
 
 

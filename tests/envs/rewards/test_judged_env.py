@@ -165,3 +165,20 @@ def test_a_judged_env_opens_what_its_env_opens_before_the_prompt():
     text = train_chatml_tokenizer().decode(prompt)
     assert "words.txt" in text and " /app/data" not in text  # mapped into the workspace
     asyncio.run(rendered.close())
+
+
+def test_a_dead_judge_fails_its_groups_unscored_after_the_collectors_retries(tmp_path):
+    """Before: every episode was scored with the failure reward (0.0, status http_error)
+    and trained on as a wrong answer. Now the attempt fails as transient, the collector
+    retries it, and the group is recorded failed naming the judge (port 9: nobody)."""
+    settings = JudgeSettings(base_url="http://127.0.0.1:9", model="nobody", retries=0)
+    config = JudgedGuess(tasks=1, judge=settings)
+    dataset = config.dataset(train_chatml_tokenizer(), group_size=2)
+    builders = [b for i in range(len(dataset)) for b in dataset.get_batch(i)]
+    path = tmp_path / "dead_judge.jsonl"
+    options = CollectOptions(progress=False, retries=1)
+    asyncio.run(collect(builders, ScriptedPolicy(), options, store=TrajectoryStore(path)))
+    (record,) = read_records(path)
+    assert record.status == "failed", record
+    assert "JudgeUnavailable" in record.error and "127.0.0.1:9" in record.error, record.error
+    assert record.attempts == 2, record.attempts  # the collector's retry was taken
