@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.corruptions import handoff_mask_on_observation, read_lines, write_handoff, write_lines
+from support.corruption_runs import Writers
+from support.corruptions import (
+    FORMS,
+    form_files,
+    handoff_mask_on_observation,
+    read_lines,
+    write_forms,
+    write_handoff,
+    write_lines,
+)
 from support.gateway_helpers import BASH_TOOL, ScriptPolicy, hermes_call, qwen3
 
 from agentenvs.envs.harness.conversation import ChatRequest
@@ -176,3 +185,36 @@ def test_a_handoff_training_an_observation_token_fails_against_its_capture(
     report = check_file(write_lines(lines, handoff), tokenizer=qwen3(), reference=store)
     assert not report.ok
     assert any(f.status == "fail" and where in f.where for f in report.findings), where
+
+
+@pytest.fixture(scope="module")
+def forms(store: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The capture handed to every trainer form: JSONL, verl batch, Tinker and PyTRIO datums."""
+    return write_forms(store, tmp_path_factory.mktemp("gateway-forms"), qwen3())
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_every_handoff_of_the_capture_passes_check(forms: dict[str, Path], form: str) -> None:
+    checked, reference = form_files(forms, form)
+    report = check_file(checked, tokenizer=qwen3(), reference=reference)
+    assert report.ok, [f for f in report.findings if f.status == "fail"]
+
+
+def _train_an_observation_token(batch: dict[str, Any]) -> dict[str, Any]:
+    """A padder bug: the first masked-out position inside a response is trained."""
+    mask = batch["response_mask"]
+    for row in range(mask.shape[0]):
+        length = int(batch["attention_mask"][row, batch["prompts"].shape[1] :].sum())
+        zeros = (mask[row, :length] == 0).nonzero()
+        if len(zeros):
+            mask[row, int(zeros[0][0])] = 1
+            return batch
+    raise AssertionError("no observation token inside any response of the capture")
+
+
+def test_a_verl_batch_training_an_observation_token_fails_against_its_capture(
+    store: Path, tmp_path: Path
+) -> None:
+    paths = write_forms(store, tmp_path, qwen3(), Writers(verl=_train_an_observation_token))
+    report = check_file(paths["verl"], tokenizer=qwen3(), reference=store)
+    assert not report.ok, report.findings
