@@ -12,6 +12,7 @@ import tempfile
 
 import pytest
 import pytest_asyncio
+from support import machine_skips
 from support.ray_cluster import flagship_builders, loopback_cluster, without_timing
 from support.rollout_helpers import CountdownEnv, EchoPolicy, RecordingBuilder
 from typer.testing import CliRunner
@@ -95,6 +96,37 @@ async def test_a_policy_in_the_driver_is_called_back_with_each_turn(executor, to
     assert policies["ray"].calls == policies["in-process"].calls > 0  # sampled in the driver
     first = next(iter(results["ray"].values()))["trajectories"][0]["transitions"][0]
     assert first["ac"] == [5, 6] and first["logprobs"] == [-0.5, -0.25]
+
+
+@in_module_loop
+@machine_skips.needs("bubblewrap", "user-namespaces", "debian-python")
+async def test_a_harness_episode_runs_in_an_actor_with_its_policy_in_the_driver(executor, tmp_path):
+    """Issue 43: HarnessEnv under Ray. mini-swe-agent runs in its jail inside an episode
+    actor, its gateway session answered by the scripted policy left in the driver; the
+    capture is solved and passes check with every sampled token delivered."""
+    from support.gateway_helpers import ScriptPolicy, qwen3
+    from support.harness_agent import agent_script
+    from support.paths import REPO
+
+    from agentenvs.envs.harness.config import HarnessConfig
+    from agentenvs.rollout.inspect.check import check_file
+
+    harnesses = str(REPO / ".harnesses")
+    config = HarnessConfig(harness="mini-swe-agent", harnesses_dir=harnesses, agent_timeout=180)
+    store = TrajectoryStore(tmp_path / "harness.jsonl")
+    result = await collect(
+        [config.group_builder(0, 1, qwen3())],
+        ScriptPolicy(qwen3(), agent_script),
+        CollectOptions(progress=False, retries=0),
+        store=store,
+        executor=executor,
+    )
+    (record,) = result.records
+    assert record.status == "ok", f"{record.error}\n{record.traceback}"
+    assert record.group.total_rewards() == [1.0]
+    report = check_file(store.path, tokenizer=qwen3())
+    assert report.ok, [f for f in report.findings if f.status == "fail"]
+    assert any("delivered 100.0%" in f.detail for f in report.findings)
 
 
 @in_module_loop
