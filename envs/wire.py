@@ -34,6 +34,10 @@ from agentenvs.envs.types import (
     Transition,
 )
 
+IMAGES_SEEN_LOG = "images_seen"
+"""The step log the collector writes on a turn whose observation held images: the
+:func:`placements_digest` of what the policy was shown (a witness, not the env's output)."""
+
 
 def placements_digest(images: Sequence[ImagePlacement]) -> str:
     """A short digest of where each image sits and which pixels it is: what a turn's

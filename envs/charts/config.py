@@ -25,6 +25,7 @@ class ChartsConfig(EnvConfig):
     gym_name: ClassVar[str] = "Charts"
     default_renderer: ClassVar[RendererKind] = "chat"
     demo_tokenizer: ClassVar[str] = "qwen2.5-vl"
+    deterministic: ClassVar[bool] = True
     requires: ClassVar[tuple[Requirement, ...]] = extra("vision", "PIL")
 
     tasks: int = Field(256, ge=1, description="Charts per split.")

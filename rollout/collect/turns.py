@@ -27,7 +27,7 @@ from agentenvs.envs.types import (
     observation_images,
     stop_reason_from_metrics,
 )
-from agentenvs.envs.wire import placements_digest
+from agentenvs.envs.wire import IMAGES_SEEN_LOG, placements_digest
 from agentenvs.rollout.collect.env_code import env_call
 from agentenvs.rollout.policies.base import (
     Policy,
@@ -112,7 +112,7 @@ async def play_action(
         env.step(action.tokens, extra={"stop_reason": action.stop_reason}), env, "step"
     )
     shown = observation_images(observation)
-    seen = {"images_seen": placements_digest(shown)} if shown else {}
+    seen = {IMAGES_SEEN_LOG: placements_digest(shown)} if shown else {}
     transition = Transition(
         ob=list(observation),
         ac=action,

@@ -32,7 +32,7 @@ from agentenvs.envs.types import ImagePlacement, Transition
 from agentenvs.envs.vision.images import ImageError
 from agentenvs.envs.vision.processing import VisionSpec, VisionSpecError
 from agentenvs.envs.vision.render import placeholder_runs
-from agentenvs.envs.wire import placements_digest
+from agentenvs.envs.wire import IMAGES_SEEN_LOG, placements_digest
 from agentenvs.rollout.collect.image_files import ImageFiles
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.data.samples import TrainingSample
@@ -40,7 +40,7 @@ from agentenvs.rollout.inspect.findings import Check, Finding
 from agentenvs.rollout.inspect.sample_checks import _store_samples
 
 ENGINE_WITNESS = "policy/images"
-COLLECTOR_WITNESS = "images_seen"
+COLLECTOR_WITNESS = IMAGES_SEEN_LOG
 
 Turn = tuple[str, Transition]
 """A turn with images and where it is (``group K traj T turn N``)."""

@@ -35,7 +35,8 @@ from typing import Any
 from agentenvs.envs.config import EnvConfig
 from agentenvs.envs.rendered_env import RenderedEnv
 from agentenvs.envs.tokenizer_fingerprint import tokenizer_key, tokenizer_key_from
-from agentenvs.envs.types import StepResult, Trajectory, Transition
+from agentenvs.envs.types import StepResult, Trajectory, Transition, observation_images
+from agentenvs.envs.wire import IMAGES_SEEN_LOG, placements_digest
 from agentenvs.rollout.inspect.codec import Codec
 from agentenvs.rollout.inspect.env_configs import env_config
 from agentenvs.rollout.inspect.findings import Check, Finding
@@ -85,7 +86,7 @@ def _mapping_difference(
     kind: str, recorded: Mapping[str, Any], replayed: Mapping[str, Any], skip: frozenset[str]
 ) -> str | None:
     for key in sorted(set(recorded) | set(replayed)):
-        if key in skip or key.startswith(POLICY_LOG_PREFIX):
+        if key in skip or key == IMAGES_SEEN_LOG or key.startswith(POLICY_LOG_PREFIX):
             continue
         if key not in replayed:
             return f"{kind} {key!r} is in the record ({recorded[key]!r}) but not in the replay"
@@ -132,6 +133,20 @@ class _Replayer:
             "environment shows for these actions"
         )
         return Difference(turn, detail, pos)
+
+    def _images(self, turn: int, tr: Transition, observation: Sequence[int]) -> Difference | None:
+        """The pictures the env shows at this turn are the ones the policy was shown: the
+        collector's witness (``images_seen``) against the replayed observation's placements."""
+        shown = observation_images(observation)
+        replayed = placements_digest(shown) if shown else None
+        recorded = tr.logs.get(IMAGES_SEEN_LOG)
+        if recorded == replayed:
+            return None
+        detail = (
+            f"the observation's images replay as {replayed or 'none'} but the policy was "
+            f"shown {recorded or 'none'} (placement digests): not the env's pictures"
+        )
+        return Difference(turn, detail)
 
     def _shown(self, tokens: Sequence[int], pos: int) -> str:
         if pos >= len(tokens):
@@ -182,7 +197,9 @@ class _Replayer:
                     detail = f"turn {turn} follows the end the env gave at turn {turn - 1}"
                     episode.difference = Difference(turn, detail)
                     return episode
-                episode.difference = self._tokens(turn, tr.ob, observation)
+                episode.difference = self._tokens(turn, tr.ob, observation) or self._images(
+                    turn, tr, observation
+                )
                 if episode.difference is None and tr.ac.stop_reason == "stop":
                     episode.difference = self._stopped(turn, tr.ac.tokens, stops)
                 if episode.difference is not None:

@@ -311,3 +311,54 @@ def test_the_same_tokens_over_other_pixels_start_a_new_sample(run):
     later.images = (dataclasses.replace(later.images[0], image=other), *later.images[1:])
     cut = trajectory_to_samples(traj, 1.0)
     assert len(cut) == 2 and cut[1].images == list(later.images)
+
+
+def test_replay_re_runs_the_chart_episodes_and_agrees(run):
+    """charts declares deterministic episodes: ``check --replay`` makes each episode again
+    from its record and steps it with the recorded actions (pictures and rewards equal)."""
+    report = check_file(run, tokenizer=shared_vocabulary("qwen2.5"), replay=True)
+    said = [f for f in report.findings if f.detail.startswith("replay")]
+    assert said and all(f.status == "pass" for f in said), said
+    assert report.ok, failures(report)
+
+
+def test_replay_catches_a_reward_the_episode_never_gave(run, tmp_path):
+    store = copy_store(run, tmp_path / "reward.jsonl")
+
+    def edit(records):
+        final = records[0].group.trajectories[0].transitions[-1]
+        final.reward = final.reward + 0.5
+
+    rewrite(store, edit)
+    report = check_file(store, tokenizer=shared_vocabulary("qwen2.5"), replay=True)
+    assert not report.ok
+    assert any("replay" in f.detail for f in failures(report)), failures(report)
+
+
+def test_replay_catches_pictures_the_env_never_showed(run, tmp_path):
+    """The chart and its crop trade places and every witness is rewritten to match (a
+    converter that re-derives its records): the record agrees with itself, so only a
+    replay, which asks the env what it shows, can tell."""
+    from agentenvs.envs.wire import placements_digest
+
+    store = copy_store(run, tmp_path / "picture.jsonl")
+
+    def edit(records):
+        _, _, turn, traj = first_image_turn(records, minimum=2)
+        first, second = traj.transitions[turn].images[:2]
+        swap = {first.image: second.image, second.image: first.image}
+        for tr in traj.transitions[turn:]:
+            tr.images = tuple(dataclasses.replace(p, image=swap.get(p.image, p.image)) for p in tr.images)  # fmt: skip
+            if tr.images:  # the collector's and the engine's witnesses alike
+                for witness in ("images_seen", "policy/images"):
+                    if witness in tr.logs:
+                        tr.logs[witness] = placements_digest(tr.images)
+
+    rewrite(store, edit)
+    tokenizer = shared_vocabulary("qwen2.5")
+    static = [
+        f for f in failures(check_file(store, tokenizer=tokenizer)) if "not the ones" in f.detail
+    ]
+    assert not static, static  # the record agrees with itself
+    report = check_file(store, tokenizer=tokenizer, replay=True)
+    assert any("replay" in f.detail and "pictures" in f.detail for f in failures(report))
