@@ -25,9 +25,10 @@ about 0.19 ms of CPU back to back and 0.25-0.32 ms after a 0.3-1 ms sleep, in pr
 A server is woken for every step, so the back-to-back row charges that to the server.
 
 ``--compare DIR`` (a checkout of another commit, e.g. ``git worktree add /tmp/before
-HEAD~1``): DIR's server and client beside this tree's, each row in a fresh client
-process importing that tree, the trees interleaved round by round
-(``--compare-rounds``), medians at the end: before/after in one run.
+HEAD~1``): DIR's server and client beside this tree's, each row (one episode, paused,
+``--concurrency`` episodes, ``collect``) in a fresh client process importing that tree,
+the trees interleaved round by round (``--compare-rounds``), medians at the end:
+before/after in one run.
 
 Part 1, per step: the scripted oracle plays ``--episodes`` episodes of guess_number
 and of ALFWorld (the shipped games) in this process (``config.make_env``) and through
@@ -71,6 +72,7 @@ from agentenvs.envs.registry import make
 from agentenvs.envs.remote import RemoteDataset
 from agentenvs.envs.types import TokensWithLogprobs
 from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.options import CollectOptions
 from agentenvs.rollout.tokenizer import load_tokenizer
 
 ENVS = {"guess_number": {}, "alfworld": {"data": "shipped"}}
@@ -417,8 +419,8 @@ async def rollout_rate(url, pid, tokenizer, groups: int, concurrency: int) -> di
         ("remote", remote.builders, Meter(pid)),
     ):
         with meter.window():
-            result = await collect(builders, FixedGuess(tokenizer), concurrency=concurrency,
-                                   progress=False)  # fmt: skip
+            result = await collect(builders, FixedGuess(tokenizer),
+                                   CollectOptions(concurrency=concurrency, progress=False))  # fmt: skip
         assert not result.failed, [r.error for r in result.failed]
         meter.steps = sum(len(t.transitions) for r in result.ok for t in r.group.trajectories)
         rows[name] = {**meter.row(), "groups_per_s": groups / meter.wall}
@@ -460,7 +462,7 @@ def fast_targets(args) -> None:
         server.stop()
 
 
-CHILD_ROWS = ("overhead", "overhead_pause", "rate")
+CHILD_ROWS = ("overhead", "overhead_pause", "rate", "collect")
 
 
 def child_row(args) -> None:
@@ -470,6 +472,8 @@ def child_row(args) -> None:
     url, pid = args.child_url, args.child_pid
     if args.child == "rate":
         row = asyncio.run(remote_rate(url, pid, tokenizer, args.concurrency, args.seconds, "ws"))
+    elif args.child == "collect":
+        row = asyncio.run(rollout_rate(url, pid, tokenizer, 256, args.concurrency))["remote"]
     else:
         pause = args.pause if args.child == "overhead_pause" else 0.0
         row = asyncio.run(overhead(url, pid, tokenizer, 25, 60.0, "ws", pause))
@@ -548,7 +552,7 @@ def main() -> None:
     parser.add_argument("--compare", metavar="DIR",
                         help="a checkout of another commit: its server and client beside this tree's")  # fmt: skip
     parser.add_argument("--compare-rounds", type=int, default=6)
-    parser.add_argument("--compare-rows", default="overhead,overhead_pause,rate")
+    parser.add_argument("--compare-rows", default="overhead,overhead_pause,rate,collect")
     parser.add_argument("--child", choices=CHILD_ROWS, help=argparse.SUPPRESS)
     parser.add_argument("--child-url", help=argparse.SUPPRESS)
     parser.add_argument("--child-pid", type=int, help=argparse.SUPPRESS)
