@@ -94,8 +94,8 @@ class EnvConfig(BaseModel):
     default) for an environment whose episodes may start the local sandbox: its workers
     start as another user, which only asyncio's own loop can do (uvloop's process
     spawner refuses ``user``/``group``). An env server hosting only environments that
-    declare True runs uvloop, which costs its event loop about a quarter less CPU per
-    step (``agentenvs serve``: :func:`agentenvs.envs.serving.run.event_loop_for`)."""
+    declare True runs uvloop, whose WebSocket frames cost less than half the CPU
+    (``agentenvs serve``: :func:`agentenvs.envs.serving.run.event_loop_for`)."""
     requires: ClassVar[tuple[Requirement, ...]] = ()
     """Modules its episodes import beyond agentenvs' core, each with what installs it
     (``extra("retool", "math_verify")``): ``agentenvs list`` says which are missing and

@@ -51,7 +51,7 @@ def check_env_names(names: Sequence[str]) -> list[str]:
 
 def event_loop_for(names: Sequence[str]) -> str:
     """uvicorn's ``loop`` for a server hosting ``names``: ``uvloop`` (installed with the
-    gateway extra; about a quarter less CPU per step) when every one declares that its
+    gateway extra; a frame costs less than half the CPU) when every one declares that its
     episodes run on any loop (``EnvConfig.any_event_loop``), else asyncio's own, which
     the local sandbox needs to start its workers as another user."""
     import importlib.util
