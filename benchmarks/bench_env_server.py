@@ -3,6 +3,7 @@ one env server process holds before p99 step latency doubles.
 
     python benchmarks/bench_env_server.py [--episodes 40] [--seconds 4]
     python benchmarks/bench_env_server.py --fast [--seconds 4]   # issue 44's targets only
+    python benchmarks/bench_env_server.py --compare DIR          # this tree against DIR's
 
 Part 0 (``--fast``, issue 44): guess_number steps per second of one server process, with
 ``--concurrency`` episodes stepping back to back from one client process on the same
@@ -16,6 +17,18 @@ from ``/proc/<pid>/task/*/schedstat``), this client process's, and the in-proces
 loop's, and what two idle cores would allow at those CPU costs
 (``two_core_steps_per_s = min(1 / server, 2 / (server + client))``: the server's one
 event loop uses at most one core).
+
+The one-episode row runs twice: back to back, and with ``--pause`` (1 ms) slept before
+every step on both sides, as a policy's sampling does. A process woken for each step
+runs it colder (caches, the core's state) than a hot loop: guess_number's step costs
+about 0.19 ms of CPU back to back and 0.25-0.32 ms after a 0.3-1 ms sleep, in process.
+A server is woken for every step, so the back-to-back row charges that to the server.
+
+``--compare DIR`` (a checkout of another commit, e.g. ``git worktree add /tmp/before
+HEAD~1``): DIR's server and client beside this tree's, each row (one episode, paused,
+``--concurrency`` episodes, ``collect``) in a fresh client process importing that tree,
+the trees interleaved round by round (``--compare-rounds``), medians at the end:
+before/after in one run.
 
 Part 1, per step: the scripted oracle plays ``--episodes`` episodes of guess_number
 and of ALFWorld (the shipped games) in this process (``config.make_env``) and through
@@ -39,10 +52,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -57,6 +72,7 @@ from agentenvs.envs.registry import make
 from agentenvs.envs.remote import RemoteDataset
 from agentenvs.envs.types import TokensWithLogprobs
 from agentenvs.rollout.collect.collector import collect
+from agentenvs.rollout.collect.options import CollectOptions
 from agentenvs.rollout.tokenizer import load_tokenizer
 
 ENVS = {"guess_number": {}, "alfworld": {"data": "shipped"}}
@@ -238,12 +254,17 @@ class Meter:
         return row
 
 
-async def _fixed_steps(env, action: list[int], seconds: float, times: list[float]) -> int:
+async def _fixed_steps(
+    env, action: list[int], seconds: float, times: list[float], pause: float = 0.0
+) -> int:
     """Step ``env`` with one fixed wrong guess until ``seconds`` pass or it ends (only the
-    stepping is timed: opening episodes is not a step)."""
+    stepping is timed: opening episodes is not a step). ``pause``: seconds the loop sleeps
+    before each step, as it does while a policy samples the next action."""
     deadline = time.monotonic() + seconds
     done = 0
     while time.monotonic() < deadline:
+        if pause:
+            await asyncio.sleep(pause)
         started = time.perf_counter()
         result = await env.step(action, extra={"stop_reason": "stop"})
         times.append(time.perf_counter() - started)
@@ -289,9 +310,13 @@ async def remote_rate(url, pid, tokenizer, concurrency: int, seconds: float, tra
     return {**meter.row(), "p99_ms": pct(times, 0.99) * 1e3}
 
 
-async def overhead(url, pid, tokenizer, rounds: int, seconds: float, transport: str) -> dict:
+async def overhead(
+    url, pid, tokenizer, rounds: int, seconds: float, transport: str, pause: float = 0.0
+) -> dict:
     """One episode at a time (each step a round trip, nothing to batch), remote and in
-    process interleaved round by round: wall and CPU time per step of each."""
+    process interleaved round by round: wall and CPU time per step of each. With
+    ``pause``, both loops sleep that long before each step (a policy's sampling time):
+    a process woken for each step runs it colder than a hot loop does, in process too."""
     made = make("guess_number", **LONG)
     action = tokenizer.encode(FIXED_GUESS, add_special_tokens=False)
     dataset = RemoteDataset.open(url, "guess_number", group_size=1, config=LONG, n_groups=1,
@@ -304,12 +329,12 @@ async def overhead(url, pid, tokenizer, rounds: int, seconds: float, transport: 
         env = made.make_env(0, tokenizer)
         await env.initial_observation()
         with local.window():
-            local.steps += await _fixed_steps(env, action, seconds, local_times)
+            local.steps += await _fixed_steps(env, action, seconds, local_times, pause)
         (renv,) = await builder.make_envs()
         renv.connection.transport = transport
         await renv.initial_observation()
         with remote.window():
-            remote.steps += await _fixed_steps(renv, action, seconds, remote_times)
+            remote.steps += await _fixed_steps(renv, action, seconds, remote_times, pause)
         await builder.cleanup()
     mine, theirs = local.row(), remote.row()
     return {"local_mean_ms": statistics.mean(local_times) * 1e3,
@@ -394,8 +419,8 @@ async def rollout_rate(url, pid, tokenizer, groups: int, concurrency: int) -> di
         ("remote", remote.builders, Meter(pid)),
     ):
         with meter.window():
-            result = await collect(builders, FixedGuess(tokenizer), concurrency=concurrency,
-                                   progress=False)  # fmt: skip
+            result = await collect(builders, FixedGuess(tokenizer),
+                                   CollectOptions(concurrency=concurrency, progress=False))  # fmt: skip
         assert not result.failed, [r.error for r in result.failed]
         meter.steps = sum(len(t.transitions) for r in result.ok for t in r.group.trajectories)
         rows[name] = {**meter.row(), "groups_per_s": groups / meter.wall}
@@ -428,10 +453,87 @@ def fast_targets(args) -> None:
         for transport in args.transports.split(","):
             row = asyncio.run(overhead(server.url, pid, tokenizer, 5, args.seconds / 4, transport))
             _show(f"{transport} one episode, per step:", row)
+            row = asyncio.run(overhead(server.url, pid, tokenizer, 5, args.seconds / 4, transport,
+                                       args.pause))  # fmt: skip
+            _show(f"{transport} one episode, {args.pause * 1e3:g} ms pause, per step:", row)
         if counts:
             asyncio.run(held(server.url, pid, tokenizer, counts, args.seconds))
     finally:
         server.stop()
+
+
+CHILD_ROWS = ("overhead", "overhead_pause", "rate", "collect")
+
+
+def child_row(args) -> None:
+    """One row against the server at ``--child-url`` (pid ``--child-pid``), printed as a
+    JSON line: run by :func:`compare_trees` in a process importing either tree."""
+    tokenizer = load_tokenizer("builtin")
+    url, pid = args.child_url, args.child_pid
+    if args.child == "rate":
+        row = asyncio.run(remote_rate(url, pid, tokenizer, args.concurrency, args.seconds, "ws"))
+    elif args.child == "collect":
+        row = asyncio.run(rollout_rate(url, pid, tokenizer, 256, args.concurrency))["remote"]
+    else:
+        pause = args.pause if args.child == "overhead_pause" else 0.0
+        row = asyncio.run(overhead(url, pid, tokenizer, 25, 60.0, "ws", pause))
+    print("ROW " + json.dumps(row), flush=True)
+
+
+def tree_path(tree: Path) -> str:
+    """A ``PYTHONPATH`` entry under which ``agentenvs.*`` imports from ``tree`` (a checkout
+    of another commit), ahead of this checkout's editable install."""
+    shim = Path(tempfile.mkdtemp(prefix="bench-tree-")) / "agentenvs"
+    shim.mkdir()
+    for part in ("envs", "rollout", "sandbox"):
+        (shim / part).symlink_to(tree.resolve() / part)
+    return str(shim.parent)
+
+
+def compare_trees(args) -> None:
+    """This tree against ``--compare DIR`` (say ``git worktree add /tmp/before <commit>``),
+    each tree's server and client together: the one-episode rows (and the
+    ``--concurrency`` rate), the two trees interleaved round by round, in one run."""
+    trees = {"before": tree_path(Path(args.compare)), "after": None}
+    servers: dict[str, ProcessServer] = {}
+    environs = {}
+    for name, path in trees.items():
+        environ = dict(os.environ)
+        if path:
+            environ["PYTHONPATH"] = os.pathsep.join(filter(None, [path, environ.get("PYTHONPATH")]))
+        environs[name] = environ
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(environ)  # ProcessServer passes this process's environment
+        try:
+            servers[name] = ProcessServer(["guess_number"]).start()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    rows: dict[tuple[str, str], list[dict]] = {}
+    try:
+        for round_ in range(args.compare_rounds):
+            order = list(servers) if round_ % 2 == 0 else list(servers)[::-1]
+            for row_name in args.compare_rows.split(","):
+                for name in order:
+                    server = servers[name]
+                    assert server.process is not None
+                    command = [sys.executable, __file__, "--child", row_name, "--child-url",
+                               server.url, "--child-pid", str(server.process.pid), "--pause",
+                               str(args.pause), "--concurrency", str(args.concurrency),
+                               "--seconds", str(args.seconds)]  # fmt: skip
+                    out = subprocess.run(command, env=environs[name], capture_output=True,
+                                         text=True, check=True).stdout  # fmt: skip
+                    row = json.loads(out.split("ROW ", 1)[1])
+                    rows.setdefault((row_name, name), []).append(row)
+                    _show(f"{row_name} {name}:", row)
+    finally:
+        for server in servers.values():
+            server.stop()
+    print("medians over", args.compare_rounds, "rounds:")
+    for (row_name, name), found in rows.items():
+        keys = [k for k in found[0] if isinstance(found[0][k], int | float)]
+        _show(f"{row_name} {name}:", {k: statistics.median(r[k] for r in found) for k in keys})
 
 
 def main() -> None:
@@ -445,7 +547,24 @@ def main() -> None:
     parser.add_argument("--held", default="4096,10000", help="held-session counts ('' none)")
     parser.add_argument("--transports", default="ws,http")
     parser.add_argument("--repeats", type=int, default=2, help="--fast rate rows per transport")
+    parser.add_argument("--pause", type=float, default=0.001,
+                        help="seconds before each step in the paused one-episode row")  # fmt: skip
+    parser.add_argument("--compare", metavar="DIR",
+                        help="a checkout of another commit: its server and client beside this tree's")  # fmt: skip
+    parser.add_argument("--compare-rounds", type=int, default=6)
+    parser.add_argument("--compare-rows", default="overhead,overhead_pause,rate,collect")
+    parser.add_argument("--child", choices=CHILD_ROWS, help=argparse.SUPPRESS)
+    parser.add_argument("--child-url", help=argparse.SUPPRESS)
+    parser.add_argument("--child-pid", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        child_row(args)
+        return
+    if args.compare:
+        print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+        compare_trees(args)
+        print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+        return
     tokenizer = load_tokenizer("builtin")
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     print("cpus:", os.cpu_count())

@@ -89,6 +89,13 @@ class EnvConfig(BaseModel):
     adapter and the OpenEnv and ORS servers play. False for a token-level environment
     whose episode is driven from inside (``harness``: an agent CLI asks, the model
     answers): those refuse ``gymnasium.make`` in one line instead of failing at reset."""
+    any_event_loop: ClassVar[bool] = False
+    """Its episodes run on any asyncio event loop, uvloop included. False (the safe
+    default) for an environment whose episodes may start the local sandbox: its workers
+    start as another user, which only asyncio's own loop can do (uvloop's process
+    spawner refuses ``user``/``group``). An env server hosting only environments that
+    declare True runs uvloop, whose WebSocket frames cost less than half the CPU
+    (``agentenvs serve``: :func:`agentenvs.envs.serving.run.event_loop_for`)."""
     requires: ClassVar[tuple[Requirement, ...]] = ()
     """Modules its episodes import beyond agentenvs' core, each with what installs it
     (``extra("retool", "math_verify")``): ``agentenvs list`` says which are missing and

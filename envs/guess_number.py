@@ -39,6 +39,7 @@ class GuessNumberConfig(EnvConfig):
     gym_name: ClassVar[str] = "GuessNumber"
     default_renderer: ClassVar[RendererKind] = "chat"
     deterministic: ClassVar[bool] = True
+    any_event_loop: ClassVar[bool] = True  # no sandbox, no subprocess
 
     low: int = 1
     high: int = 100

@@ -54,12 +54,13 @@ class RemoteEnv(Env):
             "turn": self.turns,
         }
         data = await self.connection.env_call("step", self.env_id, body)
-        context = self._ob + list(action)
+        observation = self._ob + body["action"]  # the context, made into the observation
         keep = int(data["keep"])
-        if keep > len(context):
+        if keep > len(observation):
             raise RemoteEnvError(f"env server {self.connection.url} kept {keep} tokens of a "
-                                 f"{len(context)}-token context")  # fmt: skip
-        observation = context[:keep] + list(data["new"])
+                                 f"{len(observation)}-token context")  # fmt: skip
+        del observation[keep:]
+        observation.extend(data["new"])
         self._ob = observation
         self.turns += 1
         self._max_action = data.get("max_action_tokens")

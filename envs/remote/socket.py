@@ -64,9 +64,13 @@ class StepSocket:
                 await socket.send(payload)
         else:
             self._send(payload)
+        # A timer on the future itself, not ``wait_for`` (a waiter future and callbacks
+        # more per call): the same TimeoutError when the answer is late.
+        expiry = self.loop.call_later(timeout, _expire, future)
         try:
-            reply = await asyncio.wait_for(future, timeout)
+            reply = await future
         finally:
+            expiry.cancel()
             self._waiting.pop(ident, None)
             self._sent.pop(ident, None)
         if "error" in reply:
@@ -164,6 +168,11 @@ class StepSocket:
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
+
+
+def _expire(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
 
 
 def _frames(payloads: list[bytes]) -> list[bytes]:

@@ -87,6 +87,7 @@ class SearchR1Config(EnvConfig, SettableStrings, JudgedConfig):
     """The default retriever's (bm25); :meth:`requirements` names the configured one's."""
 
     deterministic: ClassVar[bool] = True
+    any_event_loop: ClassVar[bool] = True  # a retriever in process or over HTTP: no sandbox
 
     protocol: Protocol = Field(
         "tags",

@@ -151,6 +151,8 @@ def create_app(
                 "tokenizer": tokenizer_key(served.tokenizer),
                 "tokenizer_spec": served.tokenizer_spec,
                 "limits": vars(table.limits),
+                # which event loop runs this server (``uvloop`` or ``asyncio``: run.py)
+                "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
             }
         )
 

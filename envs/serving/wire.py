@@ -89,6 +89,10 @@ class RewardsRequest(_Body):
     trajectories: list[dict[str, Any]]
 
 
+_ENCODER = json.JSONEncoder(allow_nan=True, separators=(",", ":"))
+"""Made once: ``json.dumps`` with ``separators`` builds a new encoder per call."""
+
+
 def dumps(data: Any) -> bytes:
     """JSON as the answers carry it: exact floats, NaN and infinities allowed."""
-    return json.dumps(data, allow_nan=True, separators=(",", ":")).encode()
+    return _ENCODER.encode(data).encode()

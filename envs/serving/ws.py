@@ -71,31 +71,62 @@ def _messages(raw: bytes | str) -> tuple[list[Any], bool]:
 
 class _Outbox:
     """Answers waiting for the socket: whatever is ready when it is free goes in one frame
-    (an array for a client that batches, one object per frame for one that does not)."""
+    (an array for a client that batches, one object per frame for one that does not).
+
+    An answer that is alone (no other message in flight, none waiting, no write under
+    way) is written by its own message task: a lone step then costs no hand-over to the
+    writer task, one event-loop turn less per round trip. Answers of concurrent messages
+    go through the writer, which runs after the loop turn that made them and so sends
+    together the ones that finished together."""
 
     def __init__(self, websocket: WebSocket) -> None:
         self.websocket = websocket
         self.batches = False
         self.ready: list[dict[str, Any]] = []
         self.wake = asyncio.Event()
-        self.closed = False
+        self.writing = False
+        self.in_flight = 0
+        """Messages read and not yet answered (their tasks run)."""
 
     def put(self, reply: dict[str, Any]) -> None:
         self.ready.append(reply)
         self.wake.set()
 
+    async def send_alone(self, reply: dict[str, Any]) -> None:
+        """``reply`` now, from the caller's task, when nothing else waits or is being
+        written; otherwise to the writer, behind the others."""
+        if self.writing or self.ready:
+            self.put(reply)
+            return
+        self.writing = True
+        try:
+            await self._send([reply])
+        finally:
+            self.writing = False
+        if self.ready:
+            self.wake.set()  # what came in while this one was written
+
+    async def _send(self, replies: list[dict[str, Any]]) -> None:
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            if self.batches:
+                await self.websocket.send_bytes(dumps(replies))
+                return
+            for reply in replies:
+                await self.websocket.send_bytes(dumps(reply))
+
     async def run(self) -> None:
         """Write until the socket goes (the answers it held are kept by the sessions)."""
-        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
-            while True:
-                await self.wake.wait()
-                self.wake.clear()
-                replies, self.ready = self.ready, []
-                if self.batches:
-                    await self.websocket.send_bytes(dumps(replies))
-                    continue
-                for reply in replies:
-                    await self.websocket.send_bytes(dumps(reply))
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            if self.writing or not self.ready:
+                continue  # a lone answer is being written: it wakes this again after
+            replies, self.ready = self.ready, []
+            self.writing = True
+            try:
+                await self._send(replies)
+            finally:
+                self.writing = False
 
 
 def install_ws(
@@ -127,9 +158,14 @@ def install_ws(
     async def answer(message: Any, outbox: _Outbox) -> None:
         ident = message.get("id") if isinstance(message, dict) else None
         try:
-            outbox.put({"id": ident, "ok": await handle(message)})
+            reply = {"id": ident, "ok": await handle(message)}
         except Exception as err:  # every refusal goes back to the caller, by id
-            outbox.put({"id": ident, "error": _error(err)})
+            reply = {"id": ident, "error": _error(err)}
+        outbox.in_flight -= 1
+        if not outbox.in_flight:  # no other message of this socket is being answered
+            await outbox.send_alone(reply)
+        else:
+            outbox.put(reply)
 
     @app.websocket("/v1/ws")
     async def socket(websocket: WebSocket) -> None:
@@ -153,6 +189,7 @@ def install_ws(
                     continue
                 outbox.batches = outbox.batches or batch
                 for message in messages:
+                    outbox.in_flight += 1
                     task = asyncio.ensure_future(answer(message, outbox))
                     pending.add(task)
                     task.add_done_callback(pending.discard)

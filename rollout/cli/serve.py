@@ -72,6 +72,7 @@ def serve_command(
         bind_socket,
         build_app,
         check_exposure,
+        event_loop_for,
         serve,
     )
     from agentenvs.envs.serving.sessions import SessionLimits
@@ -100,4 +101,4 @@ def serve_command(
             raise CLIError(str(error)) from None
         bound = sock.getsockname()[1]  # --port 0 takes a free one: say which
         err.print(f"serving {', '.join(envs)} on http://{host}:{bound}", markup=False)
-    serve(app, sock, log_level=log_level)
+    serve(app, sock, log_level=log_level, loop=event_loop_for(envs))

@@ -70,3 +70,25 @@ async def test_a_cut_socket_is_reopened_and_the_lost_steps_are_played_once():
             assert envs[0].connection._socket is None
         finally:
             proxy.close()
+
+
+async def test_a_step_whose_answer_is_late_fails_after_the_call_timeout():
+    """The call's own timer ends the wait (``timeout``, here shorter than the step), the
+    socket stays usable, and the step it gave up on was still played once on the server."""
+    builtin = load_tokenizer("builtin")
+    app = create_app(ServedEnvs(["slow"], builtin, classes={"slow": SlowConfig}))
+    with thread_server(app) as url:
+        dataset = RemoteDataset.open(url, "slow", group_size=1, n_groups=1, tokenizer=builtin,
+                                     timeout=30)  # fmt: skip
+        (env,) = await dataset.builders[0].make_envs()
+        try:
+            await env.initial_observation()  # the socket is open: only the step is timed
+            env.connection.timeout = STEP_SECONDS / 4
+            action = builtin.encode("<guess>50</guess>", add_special_tokens=False)
+            with pytest.raises(TimeoutError):  # without the timer: the late answer, no error
+                await env.step(action)
+            await asyncio.sleep(STEP_SECONDS)  # the server finishes the step and keeps it
+            assert httpx.get(f"{url}/v1/envs/{env.env_id}").json()["turns"] == 1
+            assert not env.connection._socket._waiting  # nothing left waiting
+        finally:
+            await dataset.builders[0].cleanup()
