@@ -16,6 +16,7 @@ The runs are a JSON string because a turn's logs hold scalars only
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -97,11 +98,17 @@ def runs_of(transition: Transition) -> tuple[VersionRun, ...]:
 
 
 def token_versions(transition: Transition) -> list[Version | None]:
-    """One version per action token (None everywhere for an unstamped turn); the runs
-    are trusted here: :func:`runs_problem` says whether they fit the action."""
-    runs = runs_of(transition)
-    if not runs:
-        return [None] * len(transition.ac.tokens)
+    """One version per action token (None everywhere for an unstamped turn). Runs
+    that do not fit the action (malformed, the wrong total) give the turn's stamped
+    version on every token, so the list always matches the tokens;
+    :func:`runs_problem` is what reports them (``agentenvs check``)."""
+    n = len(transition.ac.tokens)
+    try:
+        runs = runs_of(transition)
+    except ValueError:
+        runs = ()
+    if sum(run.tokens for run in runs) != n:
+        return [transition.logs.get(VERSION_LOG)] * n
     out: list[Version | None] = []
     for run in runs:
         out += [run.version] * run.tokens
@@ -129,6 +136,6 @@ def runs_problem(transition: Transition) -> str | None:
     versions = [run.version for run in runs]
     if not all(isinstance(v, int) for v in versions):
         return None  # labels that are not numbers cannot be ordered
-    if any(b <= a for a, b in zip(versions, versions[1:], strict=False)):  # type: ignore[operator]
+    if any(b <= a for a, b in itertools.pairwise(versions)):  # type: ignore[operator]
         return f"its version runs {versions} do not move forward"
     return None
