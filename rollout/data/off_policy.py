@@ -5,7 +5,8 @@ by several weights versions (:mod:`agentenvs.rollout.weights.token_versions`). A
 declares once how its loss treats them, and every hand-off states it:
 
 * ``mask``: a token sampled more than ``max_staleness`` versions before the version
-  being trained gets loss mask 0 (and advantage 0); the rest are trained as on-policy;
+  being trained gets loss mask 0 (and advantage 0; its behaviour logprob stays);
+  the rest are trained as on-policy;
 * ``importance``: every token is kept, with the behaviour logprobs the sampler gave,
   for an importance-weighted loss (decoupled PPO, truncated importance sampling:
   the trainer reweights by its own logprob minus the behaviour one). Tokens without

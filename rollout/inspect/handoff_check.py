@@ -34,6 +34,7 @@ from agentenvs.rollout.inspect.sample_checks import (
     zero_logprob_tokens,
 )
 from agentenvs.rollout.inspect.token_checks import TextRoundTripCheck
+from agentenvs.rollout.inspect.token_version_checks import check_token_versions
 
 
 def check_samples(
@@ -79,8 +80,11 @@ def check_samples(
     constant = constant_reward_groups(flat)
     constant.kind = "health"
     report.findings.append(constant)
-    detail = "a hand-off carries no weights versions (check the store for them)"
-    report.findings.append(Finding(Check.COMPLETION_BOUNDARIES, "skip", detail))
+    versions = check_token_versions(samples, extras)
+    if not versions:
+        detail = "a hand-off carries no weights versions (check the store for them)"
+        versions = [Finding(Check.COMPLETION_BOUNDARIES, "skip", detail)]
+    report.findings += versions
     if tokenizer is None:
         detail = "no tokenizer (pass --tokenizer) to re-tokenize with"
         report.findings.append(Finding(Check.RE_RENDERING, "skip", detail))
