@@ -50,14 +50,14 @@ def _failed(report) -> list[str]:
 async def test_a_sync_mid_action_keeps_its_tokens_as_two_versions_through_every_handoff(
     server, tokenizer, tmp_path
 ):
-    vllm_server = server
+    model_dir = server.model_dir
     policy = OpenAICompatPolicy(
-        vllm_server.url, tokenizer=tokenizer, seed=5, weights_version=0, partial_rollouts=True
+        server.url, tokenizer=tokenizer, seed=5, weights_version=0, partial_rollouts=True
     )
     sync = WeightSync(policy, probe=Probe.default(len(tokenizer)))
     # The base tiny model ends this prompt at once; perturbed weights write on.
-    first = _perturbed(vllm_server.model_dir, tmp_path / "v1", seed=1)
-    trained = _perturbed(vllm_server.model_dir, tmp_path / "v2", seed=2)
+    first = _perturbed(model_dir, tmp_path / "v1", seed=1)
+    trained = _perturbed(model_dir, tmp_path / "v2", seed=2)
     limits = Limits(max_turns=1, max_tokens_per_turn=400, on_truncated_action="pass")
     builders = [GuessNumberConfig(tasks=1, limits=limits).group_builder(0, 4, tokenizer)]
     store = TrajectoryStore(tmp_path / "store.jsonl")
