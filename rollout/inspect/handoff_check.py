@@ -34,7 +34,7 @@ from agentenvs.rollout.inspect.sample_checks import (
     zero_logprob_tokens,
 )
 from agentenvs.rollout.inspect.token_checks import TextRoundTripCheck
-from agentenvs.rollout.inspect.token_version_checks import check_token_versions
+from agentenvs.rollout.inspect.token_version_checks import check_token_versions, rule_excuses
 
 
 def check_samples(
@@ -59,7 +59,7 @@ def check_samples(
     estimator = next((e.get("advantage_estimator", e) for e in extras if e), None)
     per_step = is_per_step(estimator)
     report.findings.append(check_sample_identity(samples, per_step=per_step))
-    report.findings.append(check_samples_collected(samples))
+    report.findings.append(check_samples_collected(samples, rule_excuses(extras)))
     report.findings.append(check_sample_stops(samples, tokenizer))
     if reference is None:
         report.findings.append(zero_logprob_tokens(samples))

@@ -86,7 +86,12 @@ def _alignment_problem(s: TrainingSample) -> tuple[int | None, str] | None:
         return pos, found[1]
     logprobs = _numbers(s.logprobs)
     if logprobs is not None:
-        stray = np.flatnonzero(~trained & (logprobs != 0.0))
+        off = ~trained & (logprobs != 0.0)
+        if s.token_versions and len(s.token_versions) == n:
+            # A token stamped with the version that sampled it was sampled: an
+            # off-policy rule may leave it out of the loss with its behaviour logprob.
+            off &= np.array([v is None for v in s.token_versions], dtype=bool)
+        stray = np.flatnonzero(off)
         if stray.size:
             pos = int(stray[0])
             return pos, (

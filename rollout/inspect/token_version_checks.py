@@ -53,6 +53,21 @@ def stated_rule(extras: Sequence[Mapping[str, Any]]) -> tuple[OffPolicyRule, Any
     return None
 
 
+def rule_excuses(extras: Sequence[Mapping[str, Any]]):
+    """For the collected-record check: whether the stated rule takes token ``i`` out of
+    the loss (None when no rule, or no trained version, is stated)."""
+    rule = stated_rule(extras)
+    if rule is None or rule[1] is None:
+        return None
+    declared, trained = rule
+
+    def excused(sample: TrainingSample, i: int) -> bool:
+        versions = sample.token_versions
+        return bool(versions) and not declared.allows(versions[i], trained, sample.has_logprobs)
+
+    return excused
+
+
 def check_token_versions(
     samples: Sequence[TrainingSample], extras: Sequence[Mapping[str, Any]]
 ) -> list[Finding]:
