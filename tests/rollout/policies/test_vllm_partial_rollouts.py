@@ -24,6 +24,7 @@ from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.data.off_policy import OffPolicyRule, apply_rule
 from agentenvs.rollout.data.training_data import samples_from_records
 from agentenvs.rollout.inspect.check import check_file
+from agentenvs.rollout.inspect.page_data import page_data
 from agentenvs.rollout.policies.openai_compat import OpenAICompatPolicy
 from agentenvs.rollout.trainers.jsonl.handoff import write_samples_jsonl
 from agentenvs.rollout.trainers.pytrio.handoff import save_pytrio_datums
@@ -86,6 +87,14 @@ async def test_a_sync_mid_action_keeps_its_tokens_as_two_versions_through_every_
         assert [r.version for r in runs] == [1, 2] and runs[1].proof == "verified"
     assert record.provenance["policy"]["weights_versions"] == [1, 2]
     assert record.sampled_by().versions == (1, 2)
+    page = page_data([record], tokenizer)
+    shown = [
+        span["vr"]
+        for traj in page["groups"][0]["trajs"]
+        for span in traj["spans"]
+        if "vr" in span
+    ]
+    assert [[r[1] for r in runs] for runs in shown] == [[1, 2]] * len(spanning)  # the viewer
 
     rule = OffPolicyRule("mask", max_staleness=0)
     samples, _ = samples_from_records(result.ok)
