@@ -52,6 +52,22 @@ class OffPolicyRule:
     def from_json(cls, data: Mapping[str, Any]) -> OffPolicyRule:
         return cls(str(data.get("mode", "mask")), int(data.get("max_staleness", 0)))  # type: ignore[arg-type]
 
+    def section(self) -> dict[str, Any]:
+        """The run's provenance section that declares it:
+        ``collect(..., notes=ProvenanceNotes(sections=rule.section()))``."""
+        return {RULE_KEY: self.to_json()}
+
+    def handoff_extra(self, trained: Version) -> dict[str, Any]:
+        """What a hand-off's ``extra`` states: the rule and the version being trained
+        (``agentenvs check`` judges every trained token by them)."""
+        return {RULE_KEY: {**self.to_json(), "trained_version": trained}}
+
+    @classmethod
+    def of_provenance(cls, provenance: Mapping[str, Any]) -> OffPolicyRule | None:
+        """The rule a run declared in its provenance, if it declared one."""
+        declared = provenance.get(RULE_KEY)
+        return cls.from_json(declared) if isinstance(declared, Mapping) else None
+
     def allows(self, version: Version | None, trained: Version, has_logprobs: bool) -> bool:
         """Whether a token sampled by ``version`` may be trained at ``trained``."""
         if self.mode == "importance":

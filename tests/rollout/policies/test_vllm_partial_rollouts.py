@@ -20,6 +20,7 @@ from support.weight_updates import _perturbed
 from agentenvs.envs.guess_number import GuessNumberConfig
 from agentenvs.envs.rendered_env import Limits
 from agentenvs.rollout.collect.collector import CollectOptions, collect
+from agentenvs.rollout.collect.provenance import ProvenanceNotes
 from agentenvs.rollout.collect.store import TrajectoryStore
 from agentenvs.rollout.data.off_policy import OffPolicyRule, apply_rule
 from agentenvs.rollout.data.training_data import samples_from_records
@@ -62,10 +63,12 @@ async def test_a_sync_mid_action_keeps_its_tokens_as_two_versions_through_every_
     limits = Limits(max_turns=1, max_tokens_per_turn=400, on_truncated_action="pass")
     builders = [GuessNumberConfig(tasks=1, limits=limits).group_builder(0, 4, tokenizer)]
     store = TrajectoryStore(tmp_path / "store.jsonl")
+    rule = OffPolicyRule("mask", max_staleness=0)  # declared by the run, in its provenance
+    notes = ProvenanceNotes(sections=rule.section())
     try:
         await sync.push_full(tmp_path / "v1", torch_reference(first))
         collecting = asyncio.create_task(
-            collect(builders, policy, CollectOptions(progress=False), store=store)
+            collect(builders, policy, CollectOptions(progress=False), store=store, notes=notes)
         )
         while policy.gate.in_flight < 4:  # every action under way, then some tokens in
             await asyncio.sleep(0.02)
@@ -89,18 +92,15 @@ async def test_a_sync_mid_action_keeps_its_tokens_as_two_versions_through_every_
     assert record.sampled_by().versions == (1, 2)
     page = page_data([record], tokenizer)
     shown = [
-        span["vr"]
-        for traj in page["groups"][0]["trajs"]
-        for span in traj["spans"]
-        if "vr" in span
+        span["vr"] for traj in page["groups"][0]["trajs"] for span in traj["spans"] if "vr" in span
     ]
     assert [[r[1] for r in runs] for runs in shown] == [[1, 2]] * len(spanning)  # the viewer
 
-    rule = OffPolicyRule("mask", max_staleness=0)
+    assert OffPolicyRule.of_provenance(record.provenance) == rule
     samples, _ = samples_from_records(result.ok)
     assert any({1, 2} <= set(s.token_versions) for s in samples)
     assert apply_rule(samples, rule, trained=2) > 0  # the version-1 tokens leave the loss
-    extra = {"off_policy": {**rule.to_json(), "trained_version": 2}}
+    extra = rule.handoff_extra(trained=2)
     forms = {
         "samples.jsonl": lambda p: write_samples_jsonl(samples, p, extra=extra),
         "tinker.jsonl": lambda p: save_tinker_datums(samples, p, extra=extra),
