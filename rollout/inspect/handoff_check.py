@@ -34,7 +34,11 @@ from agentenvs.rollout.inspect.sample_checks import (
     zero_logprob_tokens,
 )
 from agentenvs.rollout.inspect.token_checks import TextRoundTripCheck
-from agentenvs.rollout.inspect.token_version_checks import check_token_versions, rule_excuses
+from agentenvs.rollout.inspect.token_version_checks import (
+    check_token_versions,
+    rule_excuses,
+    stated_rule,
+)
 
 
 def check_samples(
@@ -64,7 +68,9 @@ def check_samples(
     if reference is None:
         report.findings.append(zero_logprob_tokens(samples))
     else:
-        report.findings += check_samples_against_store(samples, reference, estimator)
+        stated = stated_rule(extras)
+        rule = stated if stated is not None and stated[1] is not None else None
+        report.findings += check_samples_against_store(samples, reference, estimator, rule)
     if tokenizer is not None:
         size = EnvTextEncoder.for_tokenizer(tokenizer).vocabulary_size or len(tokenizer)
         report.findings.append(check_sample_token_ids(samples, size))

@@ -115,6 +115,8 @@ async def test_a_sync_mid_action_keeps_its_tokens_as_two_versions_through_every_
         assert _failed(report) == [], name
         rule_findings = [f for f in report.findings if "off-policy rule" in f.detail]
         assert [f.status for f in rule_findings] == ["pass"], name
+    # With the store it was made from: the store's samples under the stated rule.
+    assert _failed(check_file(tmp_path / "samples.jsonl", reference=store.path)) == []
     trl = _as_trl_batch([record.group], tokenizer, weights_version=2)
     assert any({1, 2} <= set(v) for v in trl["env_token_versions"])
     assert all(
@@ -133,6 +135,7 @@ async def test_a_sync_mid_action_keeps_its_tokens_as_two_versions_through_every_
                 broken.append(i)
         lines[lines.index(text)] = json.dumps(line)
     (tmp_path / "broken.jsonl").write_text("\n".join(lines) + "\n")
+    assert _failed(check_file(tmp_path / "broken.jsonl", reference=store.path))
     assert any(
         "outside the declared off-policy rule" in d
         for d in _failed(check_file(tmp_path / "broken.jsonl"))
