@@ -25,7 +25,10 @@ continuation gets a seed of its own (derived from the turn's), so the same seeds
 reproduce the same pieces, but the tokens after the cut differ from what an
 uninterrupted request would have drawn. A stop string that straddles the cut is
 not seen by the continuation (stop token ids are). A lost connection mid-stream
-also goes on from the tokens received, up to the transport's ``retries``.
+also goes on from the tokens received, up to the transport's ``retries``; the proof
+is taken away then and re-probed before the continuation (as before any request).
+Not covered: request tracing (``trace=``) and gates linked across processes (a Ray
+executor's actors drain as before; their requests are not aborted).
 """
 
 from __future__ import annotations
@@ -126,6 +129,8 @@ async def sample_across_syncs(
     lost = 0
     for index in range(10_000):
         piece = StreamedPiece()
+        if index:  # a continuation: a server lost meanwhile is re-probed first
+            await policy.served.before_request()
         async with policy.gate.request():
             weights = policy.weights  # fixed while this piece is in flight
             policy.served.refuse_unvouched(weights)
