@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentenvs.envs.types import ImagePlacement, Trajectory, TrajectoryGroup
+from agentenvs.rollout.weights.token_versions import VERSION_LOG, Version, token_versions
 
 PARSE_ERROR_MASKED_METRIC = "parse_error_masked"
 """Transition metric (same key as the Tinker cookbook) that excludes an action from the loss."""
@@ -93,6 +94,10 @@ class TrainingSample:
     images: list[ImagePlacement] = field(default_factory=list)
     """The images ``tokens`` shows, offsets into it (each a run of placeholder ids with
     its recorded count and pixel hash); always masked out of the loss, never trained."""
+    token_versions: list[Version | None] = field(default_factory=list)
+    """Per token, the weights version that sampled it (None on prompt and observation
+    tokens); an action cut by a weight sync holds several
+    (:mod:`agentenvs.rollout.weights.token_versions`). Empty when no turn was stamped."""
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -130,6 +135,8 @@ def trajectory_to_samples(
     prompt_length = -1
     anchors: list[str] = []
     images: tuple[ImagePlacement, ...] = ()
+    versions: list[Version | None] = []
+    stamped = False
 
     def close() -> None:
         samples.append(
@@ -147,6 +154,7 @@ def trajectory_to_samples(
                 advantage=advantage,
                 anchor_keys=anchors if any(anchors) else [],
                 images=list(images),
+                token_versions=versions if stamped else [],
             )
         )
 
@@ -162,6 +170,7 @@ def trajectory_to_samples(
             close()
             tokens, mask, logprobs, advantages = [], [], [], []
             has_logprobs, prompt_length, anchors = True, -1, []
+            versions, stamped = [], False
             n, delta = 0, ob
         anchors.append(str(transition.logs.get("anchor_key", "")))
         images = shown
@@ -176,6 +185,12 @@ def trajectory_to_samples(
 
         tokens += delta
         tokens += action_tokens
+        versions += [None] * k
+        if VERSION_LOG in transition.logs:
+            stamped = True
+            versions += token_versions(transition)
+        else:
+            versions += [None] * m
         if masked:
             mask += [0] * (k + m)
             advantages += [0.0] * (k + m)

@@ -34,6 +34,11 @@ from agentenvs.rollout.inspect.sample_checks import (
     zero_logprob_tokens,
 )
 from agentenvs.rollout.inspect.token_checks import TextRoundTripCheck
+from agentenvs.rollout.inspect.token_version_checks import (
+    check_token_versions,
+    rule_excuses,
+    stated_rule,
+)
 
 
 def check_samples(
@@ -58,12 +63,14 @@ def check_samples(
     estimator = next((e.get("advantage_estimator", e) for e in extras if e), None)
     per_step = is_per_step(estimator)
     report.findings.append(check_sample_identity(samples, per_step=per_step))
-    report.findings.append(check_samples_collected(samples))
+    report.findings.append(check_samples_collected(samples, rule_excuses(extras)))
     report.findings.append(check_sample_stops(samples, tokenizer))
     if reference is None:
         report.findings.append(zero_logprob_tokens(samples))
     else:
-        report.findings += check_samples_against_store(samples, reference, estimator)
+        stated = stated_rule(extras)
+        rule = stated if stated is not None and stated[1] is not None else None
+        report.findings += check_samples_against_store(samples, reference, estimator, rule)
     if tokenizer is not None:
         size = EnvTextEncoder.for_tokenizer(tokenizer).vocabulary_size or len(tokenizer)
         report.findings.append(check_sample_token_ids(samples, size))
@@ -79,8 +86,11 @@ def check_samples(
     constant = constant_reward_groups(flat)
     constant.kind = "health"
     report.findings.append(constant)
-    detail = "a hand-off carries no weights versions (check the store for them)"
-    report.findings.append(Finding(Check.COMPLETION_BOUNDARIES, "skip", detail))
+    versions = check_token_versions(samples, extras)
+    if not versions:
+        detail = "a hand-off carries no weights versions (check the store for them)"
+        versions = [Finding(Check.COMPLETION_BOUNDARIES, "skip", detail)]
+    report.findings += versions
     if tokenizer is None:
         detail = "no tokenizer (pass --tokenizer) to re-tokenize with"
         report.findings.append(Finding(Check.RE_RENDERING, "skip", detail))

@@ -78,6 +78,8 @@ def span_data(span: Span, images: _Shared | None = None) -> dict[str, Any]:
         data["lp"] = [_round(lp) for lp in decoded.logprobs]
     if decoded.special:
         data["sp"] = decoded.special
+    if span.versions:  # tokens of several weights versions: [[tokens, version, proof], ...]
+        data["vr"] = span.versions
     if span.images and images is not None:  # drawn inline at their turn (images_page.py)
         data["img"] = [[start, count, images.ref(sha)] for start, count, sha in span.images]
     return data

@@ -16,7 +16,7 @@ import hashlib
 import json
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentenvs.rollout.collect.fingerprints import (
@@ -285,8 +285,15 @@ class RecordFactsCheck:
         return [Finding(Check.FIXED_INPUT, "pass", detail)]
 
 
-def _sample_problem(s: TrainingSample) -> tuple[int | None, str, tuple[int, int] | None] | None:
-    """Where hand-off sample ``s`` departs from the turns collected for it."""
+Excused = Callable[[TrainingSample, int], bool]
+"""Whether a stated off-policy rule takes token ``i`` of a sample out of the loss."""
+
+
+def _sample_problem(
+    s: TrainingSample, excused: Excused | None = None
+) -> tuple[int | None, str, tuple[int, int] | None] | None:
+    """Where hand-off sample ``s`` departs from the turns collected for it; a trained
+    token the stated rule masks (``excused``) may have mask 0."""
     assert s.collected is not None
     pos = 0
     n = len(s.tokens)
@@ -319,10 +326,15 @@ def _sample_problem(s: TrainingSample) -> tuple[int | None, str, tuple[int, int]
         if problem := _action_problem(s.tokens[pos:end], logprobs, want, float32=True):
             return pos, f"turn {turn}: {problem}", (pos, end - 1)
         if s.loss_mask[pos:end] != [int(want[TRAINED])] * (end - pos):
-            at = pos + next(
-                i for i, m in enumerate(s.loss_mask[pos:end]) if m != int(want[TRAINED])
-            )
-            return at, f"turn {turn}: loss mask {s.loss_mask[at]} on a sampled token", None
+            wrong = [
+                pos + i
+                for i, m in enumerate(s.loss_mask[pos:end])
+                if m != int(want[TRAINED])
+                and not (m == 0 and excused is not None and excused(s, pos + i))
+            ]
+            if wrong:
+                at = wrong[0]
+                return at, f"turn {turn}: loss mask {s.loss_mask[at]} on a sampled token", None
         pos = end
     if pos != n:
         return pos, f"{n - pos} tokens after the last collected turn", (pos, n - 1)
@@ -339,12 +351,15 @@ def _sample_problem(s: TrainingSample) -> tuple[int | None, str, tuple[int, int]
     return None
 
 
-def check_samples_collected(samples: Sequence[TrainingSample]) -> Finding:
+def check_samples_collected(
+    samples: Sequence[TrainingSample], excused: Excused | None = None
+) -> Finding:
     """Each hand-off sample that carries its collection record (written from a store
-    that had one) is what was collected: tokens, logprobs, mask, reward."""
+    that had one) is what was collected: tokens, logprobs, mask, reward. ``excused``:
+    the tokens a stated off-policy rule masks (:mod:`.token_version_checks`)."""
     with_record = [s for s in samples if s.collected]
     for s in with_record:
-        problem = _sample_problem(s)
+        problem = _sample_problem(s, excused)
         if problem is not None:
             pos, detail, span = problem
             where = f"group {s.group_index} traj {s.traj_index} sample {s.sample_index}"

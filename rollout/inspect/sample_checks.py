@@ -18,6 +18,7 @@ import numpy as np
 
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.data.advantages import ESTIMATORS, STEP_ESTIMATORS, group_advantages
+from agentenvs.rollout.data.off_policy import OffPolicyRule, apply_rule
 from agentenvs.rollout.data.samples import TrainingSample, trajectory_to_samples
 from agentenvs.rollout.inspect.findings import Check, Finding
 
@@ -86,7 +87,12 @@ def _alignment_problem(s: TrainingSample) -> tuple[int | None, str] | None:
         return pos, found[1]
     logprobs = _numbers(s.logprobs)
     if logprobs is not None:
-        stray = np.flatnonzero(~trained & (logprobs != 0.0))
+        off = ~trained & (logprobs != 0.0)
+        if s.token_versions and len(s.token_versions) == n:
+            # A token stamped with the version that sampled it was sampled: an
+            # off-policy rule may leave it out of the loss with its behaviour logprob.
+            off &= np.array([v is None for v in s.token_versions], dtype=bool)
+        stray = np.flatnonzero(off)
         if stray.size:
             pos = int(stray[0])
             return pos, (
@@ -215,11 +221,14 @@ def check_samples_against_store(
     samples: Sequence[TrainingSample],
     records: Sequence[GroupRecord],
     estimator: dict[str, Any] | None = None,
+    rule: tuple[OffPolicyRule, Any] | None = None,
 ) -> list[Finding]:
     """Every sample of a hand-off is the store's: same tokens, mask 1 exactly on sampled
     ones, the sampler's logprobs, the trajectory's reward, and its stored advantage
     when the hand-off names the store's ``estimator``; and every sample the store
-    trains on is in the hand-off (coverage both ways).
+    trains on is in the hand-off (coverage both ways). ``rule``, the off-policy rule
+    and trained version the hand-off states: the store's samples are masked by it
+    first, so the mask must be exactly what the rule leaves.
 
     The store knows which tokens were sampled (each transition's action), so this
     decides what a logprob value cannot; it holds the rewards, so rewards moved
@@ -227,6 +236,8 @@ def check_samples_against_store(
     a group a converter dropped shows here.
     """
     derived = _store_samples(records, estimator)
+    if rule is not None:
+        apply_rule(derived.values(), *rule)
     for s in samples:
         want = derived.get((s.group_index, s.traj_index, s.sample_index))
         if want is None:

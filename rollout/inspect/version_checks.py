@@ -24,6 +24,7 @@ from agentenvs.rollout.data.samples import PARSE_ERROR_MASKED_METRIC
 from agentenvs.rollout.inspect.findings import Check, Finding
 from agentenvs.rollout.inspect.groups import FirstFailure, GroupView
 from agentenvs.rollout.inspect.options import CheckOptions
+from agentenvs.rollout.inspect.token_version_checks import store_runs_problem
 from agentenvs.rollout.weights.drift import DriftReport, alarmed_keys
 from agentenvs.rollout.weights.stamps import VERSION_LOG, WEIGHTS_LOG
 
@@ -88,6 +89,13 @@ class VersionsCheck:
             self._judge(version, place)
             self._proofs(view, t, traj)
         self._record_claim(view, policy, claimed, oldest)
+        broken = store_runs_problem(view.record, view.trajectories())
+        if broken is not None and not self.stamps.found:
+            problem, t, turn = broken
+            detail = f"a turn's per-token versions cannot be true: {problem}"
+            self.stamps.keep(
+                Finding(Check.COMPLETION_BOUNDARIES, "fail", detail, view.where(t, turn))
+            )
 
     def _record_claim(
         self, view: GroupView, policy: Mapping[str, Any], claimed: Any, oldest: Any

@@ -23,6 +23,7 @@ from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.envs.types import Trajectory
 from agentenvs.rollout.collect.records import GroupRecord
 from agentenvs.rollout.inspect.decode import DecodedSpan, Piece, decode_pieces, decode_span
+from agentenvs.rollout.weights.token_versions import runs_of
 
 __all__ = [
     "EndOfTurn",
@@ -72,6 +73,9 @@ class Span:
     """The context was rebuilt here: the template could not extend the conversation."""
     images: list[tuple[int, int, str]] = field(default_factory=list)
     """Images the span shows: (first token in the span, placeholder count, pixel hash)."""
+    versions: list[list[Any]] = field(default_factory=list)
+    """A sampled span a weight sync cut: its version runs ``[tokens, version, proof]``
+    in order (:mod:`agentenvs.rollout.weights.token_versions`); empty for one version."""
 
     @property
     def pieces(self) -> list[Piece]:
@@ -155,7 +159,9 @@ def trajectory_view(
         logprobs = tr.ac.logprobs if tr.ac.logprobs is not None else [None] * len(action)
         if len(logprobs) != len(action):  # a broken record: show tokens, drop logprobs
             logprobs = [None] * len(action)
-        spans.append(Span("sampled", decode_span(tokenizer, action, logprobs), turn))
+        spans.append(
+            Span("sampled", decode_span(tokenizer, action, logprobs), turn, versions=_runs(tr))
+        )
         known = [lp for lp in logprobs if lp is not None]
         turns.append(
             TurnRow(
@@ -393,3 +399,12 @@ def render_html(
         data=Markup(embed_json(data)),
         script=Markup(script.replace("</", "<\\/")),
     )
+
+
+def _runs(transition: Any) -> list[list[Any]]:
+    """The version runs of an action that spans several versions, as the page shows them."""
+    try:
+        runs = runs_of(transition)
+    except ValueError:  # a malformed entry: `agentenvs check` names it
+        return []
+    return [run.to_json() for run in runs] if len(runs) > 1 else []

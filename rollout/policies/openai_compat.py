@@ -42,6 +42,7 @@ from agentenvs.rollout.policies.base import (
     derive_seed,
     turn_token_cap,
 )
+from agentenvs.rollout.policies.partial_sampling import sample_across_syncs
 from agentenvs.rollout.policies.request_trace import RequestTrace
 from agentenvs.rollout.policies.served_weights import ServedWeights, turn_stamp
 from agentenvs.rollout.policies.server_pool import LeastBusy, ServerPool, Transport, answered_by
@@ -75,9 +76,12 @@ class OpenAICompatPolicy:
         weights_version: int | str | None = None,
         instance_check_interval: float = 5.0,
         trace: RequestTrace | None = None,
+        partial_rollouts: bool = False,
     ) -> None:
         if api not in ("vllm", "sglang"):
             raise ValueError(f"api must be 'vllm' or 'sglang', got {api!r}")
+        if partial_rollouts and api != "vllm":
+            raise ValueError("partial_rollouts needs vLLM's streamed completions (api='vllm')")
         check_max_tokens(max_tokens)
         transport = Transport(timeout, connect_timeout, retries, backoff, concurrency, api_key)
         self.pool = ServerPool(url, transport, on_connection_lost=self._connection_lost)
@@ -111,6 +115,11 @@ class OpenAICompatPolicy:
         self.trace = trace
         """When set, every sampling request leaves a span in it
         (:mod:`agentenvs.rollout.policies.request_trace`)."""
+        self.partial_rollouts = partial_rollouts
+        """A weight sync aborts the requests in flight and each goes on from its
+        sampled tokens under the new weights, its tokens stamped as version runs
+        (:mod:`agentenvs.rollout.policies.partial_sampling`); off: a sync waits for
+        them to finish."""
 
     @property
     def retries(self) -> int:
@@ -162,6 +171,8 @@ class OpenAICompatPolicy:
             if self.api == "vllm" and self.model is None:
                 await self._discover_model(client)
             await self.served.before_request()
+            if self.partial_rollouts and not observation_images(observation):
+                return await sample_across_syncs(self, client, observation, stop, cap, seed)
             async with self.gate.request():
                 weights = self.weights  # fixed while the request is in flight
                 self.served.refuse_unvouched(weights)
@@ -224,6 +235,7 @@ class OpenAICompatPolicy:
             if self.seed is not None
             else None,
             "weights": self.weights.to_json(),
+            **({"partial_rollouts": True} if self.partial_rollouts else {}),
             **recent,
         }
 

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.rollout.data.samples import PARSE_ERROR_MASKED_METRIC
 from agentenvs.rollout.weights.proof import Tolerance
-from agentenvs.rollout.weights.stamps import VERSION_LOG, Version
+from agentenvs.rollout.weights.stamps import Version
+from agentenvs.rollout.weights.token_versions import token_versions
 
 if TYPE_CHECKING:
     from agentenvs.envs.types import Trajectory
@@ -221,8 +222,9 @@ def alarmed_keys(reports: Iterable[DriftReport]) -> dict[str, str]:
 
 
 def trained_versions(traj: Trajectory) -> list[Version | None]:
-    """The version stamp of every trained token of a trajectory, in order: each turn's
-    sampled tokens carry its turn's version (None where the turn has none). A sync
+    """The version of every trained token of a trajectory, in order: each turn's
+    sampled tokens carry its turn's version, or its runs' when a sync landed while the
+    action was sampled (:mod:`.token_versions`; None where the turn has none). A sync
     that landed mid-episode gives one trajectory tokens of several versions, and
     each token is compared under its own (a whole-row version would leave them out).
 
@@ -232,7 +234,7 @@ def trained_versions(traj: Trajectory) -> list[Version | None]:
     versions: list[Version | None] = []
     for tr in traj.transitions:
         if float(tr.metrics.get(PARSE_ERROR_MASKED_METRIC, 0.0)) < 1.0:
-            versions += [tr.logs.get(VERSION_LOG)] * len(tr.ac.tokens)
+            versions += token_versions(tr)
     return versions
 
 
@@ -257,5 +259,24 @@ def rows_from_records(
                 if isinstance(trainer, Awaitable):
                     raise TypeError("rows_from_records needs a synchronous reference")
                 trainer = list(trainer)
-                rows.append(DriftRow(tr.logs.get(VERSION_LOG), list(sampled), trainer, record.key))
+                # One row per version run: an action a sync cut holds tokens of several.
+                start = 0
+                for version, n in _version_spans(tr):
+                    end = start + n
+                    row = DriftRow(
+                        version, list(sampled[start:end]), trainer[start:end], record.key
+                    )
+                    rows.append(row)
+                    start = end
     return rows
+
+
+def _version_spans(tr: Any) -> list[tuple[Version | None, int]]:
+    """(version, tokens) of each run of one version in a turn's action, in order."""
+    spans: list[tuple[Version | None, int]] = []
+    for version in token_versions(tr):
+        if spans and spans[-1][0] == version:
+            spans[-1] = (version, spans[-1][1] + 1)
+        else:
+            spans.append((version, 1))
+    return spans

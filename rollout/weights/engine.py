@@ -7,6 +7,9 @@ Facts of vLLM 0.32's OpenAI-compatible server:
   be loaded once, so every version gets its own name;
 * ``POST /collective_rpc`` ``{"method": "reload_weights", "kwargs": {"weights_path"}}``
   and ``POST /reset_prefix_cache`` need ``VLLM_SERVER_DEV_MODE=1``;
+* ``POST /abort_requests {}`` (dev mode) cuts every request short without
+  pausing: each answers with its tokens so far and ``finish_reason: "abort"``
+  (partial rollouts go on from there);
 * ``POST /pause?mode=wait`` drains running requests and ``POST /resume`` lets new
   ones run; older servers have neither, and a sync then goes on without them.
   Its ``clear_cache`` (deprecated, on by default) is turned off: the reset is
@@ -82,6 +85,19 @@ class VLLMEngine:
                 return False
             raise WeightSyncError(f"/pause failed: {err}", status=err.status) from None
         self.can_pause = True
+        return True
+
+    async def abort_requests(self) -> bool:
+        """Cut every request on the server short without pausing it (``POST
+        /abort_requests {}``, a dev-mode endpoint): each answers with the tokens it
+        sampled so far and ``finish_reason: "abort"``. False when the server has
+        no such endpoint (the requests then run to their end)."""
+        try:
+            await self.policy.request("POST", "/abort_requests", {}, server=self.url)
+        except PolicyError as err:
+            if err.status in _MISSING:
+                return False
+            raise WeightSyncError(f"/abort_requests failed: {err}", status=err.status) from None
         return True
 
     async def resume(self) -> None:

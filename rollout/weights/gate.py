@@ -17,7 +17,8 @@ this one opens. Each of those actors holds a plain ``SwapGate`` of its own.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -72,20 +73,30 @@ class SwapGate:
                 changed.notify_all()
 
     @asynccontextmanager
-    async def swap(self, opens_with: Callable[[], Any] | None = None) -> AsyncIterator[None]:
+    async def swap(
+        self,
+        opens_with: Callable[[], Any] | None = None,
+        interrupt: Callable[[], Awaitable[None]] | None = None,
+    ) -> AsyncIterator[None]:
         """Around a weight swap: no request is in flight inside it, here or behind a
         linked gate. ``opens_with()`` is the identity linked gates stamp requests
-        with once open (called when the swap ends, successful or not)."""
+        with once open (called when the swap ends, successful or not).
+
+        ``interrupt()``, when given, cuts the requests in flight short instead of
+        waiting for them (partial rollouts: :mod:`agentenvs.rollout.policies.partial_sampling`);
+        it is called again every ``interrupt_every`` seconds while some are still in
+        flight, for a request that reached the engine just after the last call."""
         changed = self._condition()
         async with changed:
             await changed.wait_for(lambda: not self._swapping)
             self._swapping = True
-            try:
-                await changed.wait_for(lambda: self._in_flight == 0)
-            except BaseException:  # cancelled while draining: the gate must not stay shut
+        try:
+            await self._drain(changed, interrupt)
+        except BaseException:  # cancelled while draining: the gate must not stay shut
+            async with changed:
                 self._swapping = False
                 changed.notify_all()
-                raise
+            raise
         closed: list[LinkedGate] = []
         try:
             for gate in list(self.linked):
@@ -101,3 +112,21 @@ class SwapGate:
                 async with changed:
                     self._swapping = False
                     changed.notify_all()
+
+    interrupt_every = 0.25
+
+    async def _drain(
+        self, changed: asyncio.Condition, interrupt: Callable[[], Awaitable[None]] | None
+    ) -> None:
+        while True:
+            async with changed:
+                if self._in_flight == 0:
+                    return
+                if interrupt is None:
+                    await changed.wait_for(lambda: self._in_flight == 0)
+                    return
+            await interrupt()
+            async with changed:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.interrupt_every):
+                        await changed.wait_for(lambda: self._in_flight == 0)

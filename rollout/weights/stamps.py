@@ -19,16 +19,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentenvs.envs.types import Trajectory, TrajectoryGroup
+from agentenvs.envs.types import Trajectory, TrajectoryGroup, Transition
 from agentenvs.envs.weights_identity import WeightsIdentity
+from agentenvs.rollout.weights.token_versions import VERSION_LOG, Version, VersionRun, runs_of
 
-VERSION_LOG = "policy/weights_version"
-"""The per-turn log key of the version that served the turn."""
+__all__ = ["VERSION_LOG", "WEIGHTS_LOG", "SampledBy", "TurnStamp", "Version", "with_turn_versions"]
+
 WEIGHTS_LOG = "policy/weights"
 """The per-turn log key of the served weights' label (``lora:name@hash``)."""
-
-Version = int | str
-"""A weights version: a trainer's step number, or any label it bumps."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +38,14 @@ class TurnStamp:
     version: Version
     label: str | None = None
     """:meth:`WeightsIdentity.label` of the weights, when the policy knows them."""
+    runs: tuple[VersionRun, ...] = ()
+    """The action's version runs when a sync landed while it was sampled (its
+    tokens span several versions, :mod:`.token_versions`); empty otherwise."""
+
+    @property
+    def versions(self) -> tuple[Version, ...]:
+        """Every version that sampled a token of this turn, in order."""
+        return tuple(r.version for r in self.runs if r.version is not None) or (self.version,)
 
 
 @dataclass(frozen=True)
@@ -77,12 +83,12 @@ class SampledBy:
         """From the turns' stamps, and a record's ``provenance["policy"]`` section
         when there is one (its ``weights_version`` is the one recorded, kept as is)."""
         turns = tuple(
-            TurnStamp(t, n, tr.logs[VERSION_LOG], tr.logs.get(WEIGHTS_LOG))
+            TurnStamp(t, n, tr.logs[VERSION_LOG], tr.logs.get(WEIGHTS_LOG), _several(tr))
             for t, traj in enumerate(trajectories)
             for n, tr in enumerate(traj.transitions)
             if VERSION_LOG in tr.logs
         )
-        versions = _distinct(t.version for t in turns)
+        versions = _distinct(v for t in turns for v in t.versions)
         if policy is None:
             return cls(versions[0] if versions else None, versions, turns)
         weights = policy.get("weights")
@@ -137,6 +143,16 @@ def with_turn_versions(described: dict[str, Any], group: TrajectoryGroup | None)
         if distinct[-1] in by_version:
             described["weights_newest"] = dict(by_version[distinct[-1]])
     return described
+
+
+def _several(transition: Transition) -> tuple[VersionRun, ...]:
+    """The runs of a turn whose tokens span several versions; () otherwise, or when
+    its runs entry is malformed (``agentenvs check`` reports that)."""
+    try:
+        runs = runs_of(transition)
+    except ValueError:
+        return ()
+    return runs if len(runs) > 1 else ()
 
 
 def _distinct(versions: Iterable[Version]) -> tuple[Version, ...]:

@@ -79,6 +79,9 @@ class SyncReport:
     """Every server's probe (``probe`` is the one furthest from the new weights)."""
     before_s: float = 0.0
     """Scoring the servers before the load (what they served until now)."""
+    drain_s: float = 0.0
+    """Waiting for the requests in flight: until they finished, or (partial
+    rollouts) until the aborted ones came back."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,12 @@ class WeightSync:
         if not isinstance(current, int):
             raise ValueError(f"weights version {current!r} is not an int; pass version=")
         return current + 1
+
+    async def _abort_in_flight(self) -> None:
+        """Every server's requests cut short (each answers with the tokens it sampled
+        so far); the engines keep running, for the probes: the gate holds new turns."""
+        for engine in self.engines:
+            await engine.abort_requests()
 
     async def push_lora(
         self, adapter_dir: str | Path, reference: ReferenceLogprobs, *, version: int | None = None
@@ -196,7 +205,13 @@ class WeightSync:
         # paused, loaded, reset, resumed and probed on its own; the policy moves to
         # the new identity only when all of them match, since the load balancer may
         # send the next turn to any of them.
-        async with self.policy.gate.swap(opens_with=lambda: self.policy.weights):
+        # Partial rollouts: the requests in flight are cut short (each goes on from its
+        # sampled tokens once the gate opens) instead of being waited for.
+        interrupt = self._abort_in_flight if self.policy.partial_rollouts else None
+        async with self.policy.gate.swap(
+            opens_with=lambda: self.policy.weights, interrupt=interrupt
+        ):
+            drained = time.perf_counter()
             await resume_left_paused(self.policy)
             previous = self.policy.weights
             before = await self._scores_before(candidate)
@@ -258,6 +273,7 @@ class WeightSync:
             reset_s=reset_s,
             verify_s=verified - loaded,
             total_s=time.perf_counter() - started,
+            drain_s=drained - started,
             paused=len(paused) == len(self.engines),
             probes=results,
             before_s=prepared - started,

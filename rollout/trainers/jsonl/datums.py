@@ -18,6 +18,7 @@ One line per datum, every list plain JSON:
 | ``group_index``, ``traj_index``, ``sample_index``, ``reward``, ``advantage``, ``has_logprobs`` | the sample the datum was made from, as the JSONL samples hand-off names it |
 | ``loss_mask`` | PyTRIO only: the sample's loss mask (its losses read none; a token is trained when its advantage is not 0) |
 | ``last_token`` | the sample's last token, when its target is ``-100`` (PyTRIO's skipped targets) |
+| ``token_versions`` | per target, the weights version that sampled it (null on observation tokens), when the turns were stamped |
 | ``collected``, ``extra`` | the sample's collection record and the estimator, as in the samples hand-off |
 """
 
@@ -53,6 +54,8 @@ class DatumLine:
     last_token: int | None = None
     collected: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    token_versions: list[Any] | None = None
+    """Per target (shifted like the loss inputs), the version that sampled it."""
 
     def to_json(self) -> dict[str, Any]:
         line: dict[str, Any] = {
@@ -68,6 +71,7 @@ class DatumLine:
             "has_logprobs": self.has_logprobs,
         }
         optional = {"loss_mask": self.loss_mask, "last_token": self.last_token}
+        optional["token_versions"] = self.token_versions
         optional["collected"] = self.collected
         line.update({name: value for name, value in optional.items() if value is not None})
         if self.extra:
@@ -92,6 +96,7 @@ class DatumLine:
             last_token=data.get("last_token"),
             collected=data.get("collected"),
             extra=dict(data.get("extra") or {}),
+            token_versions=data.get("token_versions"),
         )
 
     def to_sample(self) -> TrainingSample:
@@ -123,6 +128,7 @@ class DatumLine:
             prompt_length=next((i for i, m in enumerate(mask) if m), n),
             advantage=self.advantage,
             collected=self.collected,
+            token_versions=[None, *self.token_versions] if self.token_versions else [],
         )
 
 
@@ -151,6 +157,7 @@ def datum_line(
         last_token=sample.tokens[-1] if ignored_last else None,
         collected=sample.collected,
         extra=dict(extra or {}),
+        token_versions=list(sample.token_versions[1:]) if sample.token_versions else None,
     )
 
 

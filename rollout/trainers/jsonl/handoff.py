@@ -42,6 +42,8 @@ def sample_to_json(
         line["anchor_keys"] = list(sample.anchor_keys)
     if sample.collected:  # what was collected, so `agentenvs check` needs no store
         line["collected"] = sample.collected
+    if sample.token_versions:  # the weights version of each token (stamped turns only)
+        line["token_versions"] = list(sample.token_versions)
     if sample.images:  # by reference: the pixels stay beside the store, named by hash
         line["images"] = [placement_to_json(p) for p in sample.images]
     if extra:
@@ -71,6 +73,7 @@ def sample_from_json(line: Mapping[str, Any], *, strict: bool = True) -> Trainin
         anchor_keys=[str(key) for key in line.get("anchor_keys", [])],
         collected=line.get("collected"),
         images=[placement_from_json(p) for p in line.get("images", [])],
+        token_versions=list(line.get("token_versions", [])),
     )
 
 

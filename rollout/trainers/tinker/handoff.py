@@ -125,9 +125,11 @@ def to_tinker_datums(
 
 def assemble_tinker_data(
     groups: list[TrajectoryGroup], advantages: Sequence[Sequence[float | Sequence[float]]]
-) -> tuple[list[tinker.Datum], list[dict[str, int]]]:
+) -> tuple[list[tinker.Datum], list[dict[str, Any]]]:
     """The counterpart of the cookbook's ``assemble_training_data``: datums plus, per
-    datum, the ``group_idx`` and ``traj_idx`` it came from. A trajectory's advantage
+    datum, the ``group_idx`` and ``traj_idx`` it came from (and, when the turns were
+    stamped, ``token_versions``: per target, the weights version that sampled it,
+    None on observation tokens). A trajectory's advantage
     may be a list with one value per step (``compute_advantages(groups, "gigpo")``),
     which the cookbook has no counterpart for."""
     plain = [
@@ -139,7 +141,11 @@ def assemble_tinker_data(
     with gc_paused():
         samples = trajectories_to_samples(groups, plain)
         datums = to_tinker_datums(samples)
-        metadata = [{"group_idx": s.group_index, "traj_idx": s.traj_index} for s in samples]
+        metadata: list[dict[str, Any]] = [
+            {"group_idx": s.group_index, "traj_idx": s.traj_index}
+            | ({"token_versions": s.token_versions[1:]} if s.token_versions else {})
+            for s in samples
+        ]
         del samples
     return datums, metadata
 

@@ -293,6 +293,7 @@ def _as_trl_batch(
             "env_dropped_samples",
             "weights_version",
             "weights",
+            "env_token_versions",
         )
     }
     pad = tokenizer.pad_token_id
@@ -314,6 +315,10 @@ def _as_trl_batch(
             batch["completion_ids"].append(completion)
             batch["logprobs"].append(logprobs)
             batch["env_mask"].append(mask)
+            # Per completion token, the weights version that sampled it (None on
+            # observation tokens, and everywhere when the policy does not stamp turns).
+            versions = sample.token_versions[p:] if sample.token_versions else []
+            batch["env_token_versions"].append(versions or [None] * len(completion))
             batch["env_reward"].append(float(reward))
             batch["env_stop_reason"].append(traj.stop_reason or "unknown")
             batch["env_turns"].append(len(traj.transitions))

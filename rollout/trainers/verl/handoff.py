@@ -118,6 +118,7 @@ def to_verl_batch(
         )
     return {
         **anchored,
+        **_token_versions(samples, width_r),
         "prompts": input_ids[:, :width_p],
         "responses": input_ids[:, width_p:],
         "input_ids": input_ids,
@@ -135,6 +136,25 @@ def to_verl_batch(
         "trajectory_advantage": torch.tensor([s.advantage for s in samples], dtype=torch.float64),
         "has_logprobs": torch.tensor([s.has_logprobs for s in samples], dtype=torch.bool),
     }
+
+
+def _token_versions(samples: Sequence[TrainingSample], width_r: int) -> dict[str, torch.Tensor]:
+    """``token_versions`` (rows x response width, int64): the weights version that
+    sampled each response token, -1 on observation tokens and padding; only when
+    some turn was stamped. Versions that are not integers cannot be a tensor."""
+    import torch
+
+    if not any(s.token_versions for s in samples):
+        return {}
+    versions = np.full((len(samples), width_r), -1, dtype=np.int64)
+    for row, sample in enumerate(samples):
+        for i, version in enumerate(sample.token_versions[sample.prompt_length :]):
+            if version is None:
+                continue
+            if not isinstance(version, int):
+                raise ValueError(f"sample {row}: weights version {version!r} is not an integer")
+            versions[row, i] = version
+    return {"token_versions": torch.from_numpy(versions)}
 
 
 def anchor_id(anchor_key: str) -> int:
@@ -194,9 +214,17 @@ def from_verl_batch(batch: Mapping[str, Any]) -> list[TrainingSample]:
                 has_logprobs=bool(arrays["has_logprobs"][row]) if "has_logprobs" in arrays else sampler is not None,
                 prompt_length=p,
                 advantage=float(arrays["trajectory_advantage"][row]),
+                token_versions=_row_versions(arrays, row, p, r),
             )
         )  # fmt: skip
     return samples
+
+
+def _row_versions(arrays: Mapping[str, np.ndarray], row: int, p: int, r: int) -> list[Any]:
+    if "token_versions" not in arrays:
+        return []
+    values = arrays["token_versions"][row, :r].tolist()
+    return [None] * p + [int(v) if v >= 0 else None for v in values]
 
 
 def _numpy(value: Any) -> np.ndarray:
