@@ -4,6 +4,7 @@ the `slow` mark from the one list of costly tests (tests/support/slow_tests.py).
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from support import skip_policy
@@ -23,6 +24,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # Every skip is listed at the end of the run; one that is not an allowed machine
     # condition (tests/support/machine_skips.py) fails the run.
     skip_policy.install(config)
+    # A suite started as a background job of a non-interactive shell (`make test &`,
+    # nohup) inherits SIGINT ignored, and so would every CLI it starts: the Ctrl-C tests
+    # would then see their interrupt dropped. Python's own default is what they test.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
