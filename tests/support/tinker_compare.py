@@ -74,5 +74,9 @@ def assert_cookbook_datums_equal_ours(theirs_group, ours_group: TrajectoryGroup)
     advantages = cookbook_data.compute_advantages([theirs_group])
     theirs, theirs_meta = cookbook_data.assemble_training_data([theirs_group], advantages)
     ours, ours_meta = assemble_tinker_data([ours_group], [a.tolist() for a in advantages])
-    assert ours_meta == theirs_meta
+    # the cookbook's keys, equal; ours adds the per-target weights versions (partial rollouts)
+    assert [{k: m[k] for k in theirs_m} for m, theirs_m in zip(ours_meta, theirs_meta, strict=True)] == theirs_meta  # fmt: skip
+    for m, datum in zip(ours_meta, ours, strict=True):
+        versions = m.get("token_versions")
+        assert versions is None or len(versions) == datum.model_input.length
     assert_same_datums(ours, theirs)
