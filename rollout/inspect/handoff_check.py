@@ -35,6 +35,7 @@ from agentenvs.rollout.inspect.sample_checks import (
 )
 from agentenvs.rollout.inspect.token_checks import TextRoundTripCheck
 from agentenvs.rollout.inspect.token_version_checks import (
+    check_rule_as_declared,
     check_token_versions,
     rule_excuses,
     stated_rule,
@@ -71,6 +72,9 @@ def check_samples(
         stated = stated_rule(extras)
         rule = stated if stated is not None and stated[1] is not None else None
         report.findings += check_samples_against_store(samples, reference, estimator, rule)
+        as_declared = check_rule_as_declared(extras, reference)
+        if as_declared is not None:
+            report.findings.append(as_declared)
     if tokenizer is not None:
         size = EnvTextEncoder.for_tokenizer(tokenizer).vocabulary_size or len(tokenizer)
         report.findings.append(check_sample_token_ids(samples, size))

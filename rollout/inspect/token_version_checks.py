@@ -13,6 +13,7 @@ must be one the rule allows.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -100,3 +101,37 @@ def check_token_versions(
     tokens = sum(sum(s.loss_mask) for s in samples if s.token_versions)
     detail = f"{tokens} trained tokens within the off-policy rule {declared.to_json()} at version {trained!r}"
     return [Finding(Check.COMPLETION_BOUNDARIES, "pass", detail)]
+
+
+def check_rule_as_declared(
+    extras: Sequence[Mapping[str, Any]], records: Sequence[Any]
+) -> Finding | None:
+    """The rule a hand-off states is the one its run declared (``provenance["off_policy"]``
+    of the store's records): a converter that relabels a masked run as ``importance``, or
+    loosens ``max_staleness``, would otherwise pass every token under its own rule."""
+    declared = {
+        json.dumps(rule.to_json(), sort_keys=True): rule
+        for rule in (OffPolicyRule.of_provenance(r.provenance or {}) for r in records)
+        if rule is not None
+    }
+    stated = stated_rule(extras)
+    if not declared:
+        if stated is None:
+            return None
+        detail = (
+            f"the hand-off states the off-policy rule {stated[0].to_json()}; its run declared none"
+        )
+        return Finding(Check.COMPLETION_BOUNDARIES, "info", detail)
+    if stated is None:
+        (first, *_) = declared.values()
+        detail = f"the run declared the off-policy rule {first.to_json()}; the hand-off states none"
+        return Finding(Check.COMPLETION_BOUNDARIES, "fail", detail)
+    if stated[0] not in declared.values():
+        wanted = " or ".join(str(r.to_json()) for r in declared.values())
+        detail = (
+            f"the hand-off states the off-policy rule {stated[0].to_json()}, "
+            f"but its run declared {wanted}"
+        )
+        return Finding(Check.COMPLETION_BOUNDARIES, "fail", detail)
+    detail = f"the hand-off states the off-policy rule its run declared ({stated[0].to_json()})"
+    return Finding(Check.COMPLETION_BOUNDARIES, "pass", detail)
