@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from agentenvs.envs.config import EnvConfig
+from agentenvs.envs.config import EnvConfig, TextGroupBuilder
 from agentenvs.envs.harness.env import HarnessEnv, HarnessSettings
 from agentenvs.envs.harness.harnesses import HARNESSES, Installed, harness
 from agentenvs.envs.harness.segments import TreeOptions
@@ -31,7 +31,7 @@ from agentenvs.envs.rendered_env import Limits
 from agentenvs.envs.requirements import Requirement, extra
 from agentenvs.envs.text import TextEnv
 from agentenvs.envs.tool_calls import CallFormat
-from agentenvs.envs.types import Env, EnvGroupBuilder, GroupDescription, Metrics, Trajectory
+from agentenvs.envs.types import Env, Metrics, Trajectory
 
 EXAMPLE_TASKS = Path(str(resources.files("agentenvs.envs.harness").joinpath("data", "tasks")))
 """The task shipped with the package (``fix-calc``), played when no ``tasks`` is given."""
@@ -127,28 +127,12 @@ def _tasks(folder: str) -> list[HarnessTask]:
 
 
 @dataclass
-class HarnessGroupBuilder(EnvGroupBuilder):
-    """``group_size`` episodes of one harness on one task."""
+class HarnessGroupBuilder(TextGroupBuilder):
+    """``group_size`` episodes of one harness on one task: the text groups' making,
+    describing and closing, with no group reward (each episode is scored by the
+    task's tests when its harness exits)."""
 
-    config: HarnessConfig
-    task_index: int
-    group_size: int
-    tokenizer: Any
-    split: str = "train"
-    envs: list[HarnessEnv] = field(default_factory=list, repr=False)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["envs"] = []  # live episodes do not travel
-        return state
-
-    async def make_envs(self) -> Sequence[Env]:
-        made = [
-            self.config.make_env(self.task_index, self.tokenizer, self.split)
-            for _ in range(self.group_size)
-        ]
-        self.envs.extend(made)
-        return made
+    config: HarnessConfig  # type: ignore[assignment]
 
     async def compute_group_rewards(
         self, trajectories: list[Trajectory], envs: Sequence[Env]
@@ -157,23 +141,3 @@ class HarnessGroupBuilder(EnvGroupBuilder):
 
     def logging_tags(self) -> list[str]:
         return ["harness", self.config.harness]
-
-    def describe(self) -> GroupDescription:
-        return GroupDescription(
-            task_id=self.config.task_id(self.task_index, self.split),
-            env_name=self.config.env_name,
-            config=self.config.model_dump(mode="json"),
-            split=self.split,
-            group_size=self.group_size,
-            tokenizer=self.tokenizer,
-            env_version=type(self.config).version,
-            renderer=self.config.renderer_kind,
-            protocol=self.config.action_protocol,
-            tool_format=self.config.tool_call_format,
-            data=self.config.data_digests(),
-        )
-
-    async def cleanup(self) -> None:
-        envs, self.envs = self.envs, []
-        for env in envs:
-            await env.close()

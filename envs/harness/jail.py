@@ -36,7 +36,7 @@ from pathlib import Path
 
 from agentenvs.envs.errors import AgentEnvsError
 from agentenvs.sandbox.backends.local.cgroups import CgroupSupport, WorkerCgroup
-from agentenvs.sandbox.backends.local.launch import FAKE_ETC, SANDBOX_UID
+from agentenvs.sandbox.backends.local.launch import FAKE_ETC, SANDBOX_UID, system_dir_binds
 from agentenvs.sandbox.pool.uids import UidAllocator
 
 UID_BASE = 1_700_000
@@ -160,13 +160,7 @@ def bwrap_argv(spec: JailSpec) -> list[str]:
     env.update(spec.env)
     for key, value in env.items():
         argv += ["--setenv", key, value]
-    argv += ["--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        host = Path("/") / name
-        if host.is_symlink():
-            argv += ["--symlink", os.readlink(host), f"/{name}"]
-        elif host.is_dir():
-            argv += ["--ro-bind", str(host), f"/{name}"]
+    argv += system_dir_binds()
     etc = _etc(spec.root)
     argv += ["--dir", "/etc"]
     for path in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives", "/etc/ssl"):

@@ -71,6 +71,19 @@ FAKE_ETC = {
 }
 
 
+def system_dir_binds() -> list[str]:
+    """bubblewrap arguments for the host's programs and libraries, read-only: ``/usr``,
+    and ``/bin``, ``/lib``... as the symlinks (merged /usr) or directories they are here."""
+    argv = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/") / name
+        if host.is_symlink():
+            argv += ["--symlink", os.readlink(host), f"/{name}"]
+        elif host.is_dir():
+            argv += ["--ro-bind", str(host), f"/{name}"]
+    return argv
+
+
 def _bwrap_version(bwrap: str) -> tuple[int, ...]:
     try:
         out = subprocess.run(
@@ -216,13 +229,7 @@ class LaunchPlan:
         ]
         for key, value in env.items():
             argv += ["--setenv", key, value]
-        argv += ["--ro-bind", "/usr", "/usr"]
-        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-            host = Path("/") / name
-            if host.is_symlink():
-                argv += ["--symlink", os.readlink(host), f"/{name}"]
-            elif host.is_dir():
-                argv += ["--ro-bind", str(host), f"/{name}"]
+        argv += system_dir_binds()
         argv += ["--dir", "/etc"]
         for path in ETC_FILES_FROM_HOST + ETC_DIRS_FROM_HOST:
             argv += ["--ro-bind-try", path, path]
